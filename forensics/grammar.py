@@ -1,0 +1,23 @@
+"""Loading the Lark grammars of ``grammars/`` (installed as ``forensics.grammars``).
+
+Grammars are compiled once per process and cached on disk by Lark (``cache=True``), so a
+cold start does not pay for building LALR tables again.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+from lark import Lark
+
+
+def grammar_text(name: str) -> str:
+    return resources.files("forensics.grammars").joinpath(f"{name}.lark").read_text(encoding="utf-8")
+
+
+@functools.lru_cache(maxsize=None)
+def load(name: str, start: tuple[str, ...] = ("start",)) -> Lark:
+    """The LALR parser for ``grammars/<name>.lark`` (contextual lexer, disk-cached)."""
+    return Lark(grammar_text(name), parser="lalr", lexer="contextual", start=list(start),
+                cache=True, maybe_placeholders=False)

@@ -1,0 +1,1 @@
+"""Lark grammars, one per input format; installed as the package forensics.grammars."""
