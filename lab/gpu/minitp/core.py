@@ -153,6 +153,10 @@ class EngineCore:
                 w.proc.wait()
         for w in self.workers:
             w.relay.join(timeout=5)
+            try:
+                w.proc.stdin.close()
+            except (BrokenPipeError, OSError):
+                pass
 
     def write_exit_codes(self, engine_rc):
         path = os.path.join(self.args.log_dir, "exit_codes.txt")
@@ -177,9 +181,8 @@ def main():
     ap.add_argument("--step-timeout-s", type=float, default=180)
     ap.add_argument("--worker-grace-s", type=float, default=30)
     args = ap.parse_args()
-    sys.stdout = PrefixedStream(sys.__stdout__, "")  # plain lock-protected writer for relays
     engine_out = PrefixedStream(sys.__stdout__, "(EngineCore_DP0 pid=%d) " % os.getpid())
-    engine_out.lock = sys.stdout.lock = _out_lock
+    engine_out.lock = _out_lock
     logger = init_logger("minitp.engine", engine_out)
     d = os.environ.get("MINI_TRUTH_DIR")
     if d:

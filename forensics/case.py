@@ -1,0 +1,90 @@
+"""The pipeline end to end: sources -> parsers -> events -> timeline -> rules -> Case.
+
+``analyze(paths)`` is the Python API (notebooks live on it); the CLI is a thin shell
+around it.  A ``Case`` holds everything a renderer needs and nothing renders here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+from forensics import __version__, rules, timeline
+from forensics.events import Event
+from forensics.parsers.base import ParsedSource
+from forensics.rules.base import Context
+from forensics.sources import Source, discover
+
+SCHEMA = "forensics.report/1"
+
+
+def _text_parser():
+    from forensics.parsers.text import TextLogParser
+    return TextLogParser()
+
+
+# kind -> factory of an object with .parse(Source) -> ParsedSource
+PARSERS: dict[str, Callable[[], Any]] = {
+    "text": _text_parser,
+}
+
+
+def register(kind: str, factory: Callable[[], Any]) -> None:
+    PARSERS[kind] = factory
+
+
+@dataclass
+class Case:
+    sources: list[ParsedSource]
+    events: list[Event]
+    context: Context
+    timeline: pd.DataFrame = field(repr=False, default=None)
+
+    @property
+    def verdict(self) -> dict:
+        return self.to_dict()["verdict"]
+
+    def to_dict(self, timeline_limit: int | None = 400) -> dict:
+        from forensics.report.json_report import build
+        return build(self, timeline_limit=timeline_limit)
+
+    def to_json(self, indent: int | None = 2, timeline_limit: int | None = 400) -> str:
+        return json.dumps(self.to_dict(timeline_limit), indent=indent, default=str)
+
+
+def parse_source(source: Source, parsers: dict[str, Any]) -> ParsedSource:
+    """One source -> its events; a parser failure becomes a problem, never a crash."""
+    if source.problems and source.kind == "unknown":
+        return ParsedSource(source.relpath, "unknown", lines=None, unparsed_lines=None,
+                            problems=list(source.problems))
+    factory = PARSERS.get(source.kind)
+    if factory is None:
+        return ParsedSource(source.relpath, source.kind, lines=None, unparsed_lines=None,
+                            problems=[f"{source.relpath}: {source.kind} input recognised, but no "
+                                      "parser for it is installed"])
+    parser = parsers.setdefault(source.kind, factory())
+    try:
+        parsed = parser.parse(source)
+    except Exception as exc:  # noqa: BLE001 - one bad input must not stop the others
+        parsed = ParsedSource(source.relpath, source.kind, lines=None, unparsed_lines=None,
+                              problems=[f"{source.relpath}: parser failed ({type(exc).__name__}: {exc}); "
+                                        "input skipped - please report this with the file"])
+    parsed.problems[:0] = [p for p in source.problems if p not in parsed.problems]
+    if source.compression:
+        parsed.problems.append(f"read through {source.compression} decompression")
+    return parsed
+
+
+def analyze(*paths: str) -> Case:
+    """Analyse files, directories (recursively) or ``-`` (stdin); returns a Case."""
+    flat = [p for group in paths for p in ([group] if isinstance(group, str) else list(group))]
+    parsers: dict[str, Any] = {}
+    parsed = [parse_source(source, parsers) for source in discover([str(p) for p in flat])]
+    events = timeline.order([p.events for p in parsed])
+    table = timeline.ProcessTable.learn(events)
+    events = [table.resolve(e) for e in events]
+    ctx = rules.run(Context(events=events, processes=table))
+    return Case(sources=parsed, events=events, context=ctx, timeline=timeline.dataframe(events))

@@ -1,0 +1,166 @@
+"""The terminal report (rich): verdict first, then ranks, timeline, environment, next steps.
+
+Fits 80 columns; plain text when stdout is not a terminal or NO_COLOR is set (rich
+honours both).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from forensics.events import Kind, Severity
+from forensics.report.json_report import TIMELINE_KINDS_ALWAYS
+
+if TYPE_CHECKING:
+    from forensics.case import Case
+
+TIMELINE_FAILURE = {Kind.CUDA_ERROR, Kind.DEVICE_ASSERT, Kind.WORKER_DIED, Kind.OOM, Kind.SANITIZER,
+                    Kind.CUDA_GDB, Kind.FATAL_SIGNAL, Kind.PEER_FAILURE}
+STATUS_STYLE = {"origin": "bold red", "surfaced": "red", "collateral": "yellow",
+                "healthy": "green", "unknown": "dim"}
+
+
+def render(case: "Case", console: Console, explain: bool = False, timeline_rows: int = 14) -> None:
+    ctx = case.context
+    console.print(_verdict_panel(case))
+    if explain and ctx.explanations:
+        table = Table(box=box.SIMPLE, show_header=True, title="How the rules decided", title_justify="left")
+        table.add_column("rule", style="cyan", no_wrap=True)
+        table.add_column("conclusion")
+        for rule, text in ctx.explanations:
+            table.add_row(rule, Text(text))
+        console.print(table)
+    if ctx.ranks:
+        console.print(_ranks_table(case))
+    console.print(_timeline_table(case, timeline_rows))
+    if ctx.environment:
+        console.print(_environment_table(case))
+    if ctx.next_steps:
+        console.print(Text("Next steps (most confidence gained first)", style="bold"))
+        for n, step in enumerate(ctx.next_steps, 1):
+            command, _, why = step.partition("  # ")
+            console.print(Text(f" {n}. {why}", style="bold") if why else Text(f" {n}."))
+            console.print(Text(f"    {command}", style="cyan"), soft_wrap=True)
+    console.print(_sources_table(case))
+    if ctx.signature:
+        console.print(Text(f"signature: {ctx.signature}", style="dim"), soft_wrap=True)
+
+
+def _verdict_panel(case: "Case") -> Panel:
+    ctx = case.context
+    lines: list[Text] = []
+    if ctx.error:
+        sticky = "sticky" if ctx.error.sticky else "not sticky"
+        lines.append(Text.assemble(("Error   ", "bold"), (f"{ctx.error.name} ({ctx.error.code})", "bold red"),
+                                   f" - {ctx.error.message}; {sticky}"))
+    elif ctx.first_failure:
+        lines.append(Text.assemble(("Failure ", "bold"), (ctx.first_failure.what, "bold red")))
+    else:
+        lines.append(Text.assemble(("Failure ", "bold"), ("none found in the inputs", "green")))
+    for s in ctx.surfaces:
+        where = f"{_short(s.file)}:{s.line} in {s.function}" if s.file else "(no frame)"
+        api = f"{s.api} at " if s.api else ""
+        lines.append(Text.assemble(("Surface ", "bold"), f"rank {_r(s.rank)} pid {s.pid}: {api}{where}",
+                                   (f"  [{s.source}]", "dim")))
+    if ctx.origin:
+        o = ctx.origin
+        lines.append(Text.assemble(("Origin  ", "bold"), (o.kernel, "bold magenta"),
+                                   f" on rank {_r(o.rank)} pid {o.pid}: {o.fault}",
+                                   (f"  confidence {o.confidence}", "bold")))
+        for note in o.notes:
+            lines.append(Text(f"        {note}", style="dim"))
+    elif ctx.error and ctx.error.sticky:
+        lines.append(Text.assemble(("Origin  ", "bold"), ("unknown", "bold yellow"),
+                                   " - the calls above only reported an earlier asynchronous fault; "
+                                   "no device evidence names the kernel (see next steps)"))
+    if ctx.first_failure:
+        f = ctx.first_failure
+        lines.append(Text.assemble(("First   ", "bold"), f"rank {_r(f.rank)} pid {f.pid}: {f.basis}"))
+    collateral = [v for v in ctx.ranks.values() if v.status == "collateral"]
+    if collateral:
+        names = ", ".join(f"rank {v.rank}" if v.rank is not None else (v.name or v.role) for v in collateral)
+        lines.append(Text.assemble(("Collat. ", "bold"), names))
+    lines.append(Text(""))
+    lines.append(Text(ctx.summary))
+    return Panel(Group(*lines), title="forensics verdict", title_align="left", box=box.ROUNDED)
+
+
+def _ranks_table(case: "Case") -> Table:
+    table = Table(title="Processes", title_justify="left", box=box.SIMPLE_HEAD, expand=False)
+    table.add_column("rank", justify="right")
+    table.add_column("pid", justify="right")
+    table.add_column("role")
+    table.add_column("status")
+    table.add_column("exit", justify="right")
+    table.add_column("first error / how it went down", overflow="fold")
+    for v in case.context.ranks.values():
+        detail = v.failure or ""
+        if v.first_error and v.status != "healthy":
+            detail = f"{detail}\n{v.first_error[:90]} [{v.first_error_source}]".strip()
+        table.add_row(_r(v.rank), str(v.pid), Text(v.role), Text(v.status, style=STATUS_STYLE.get(v.status, "")),
+                      "" if v.exit_code is None else str(v.exit_code), Text(detail))
+    return table
+
+
+def _timeline_table(case: "Case", rows: int) -> Table:
+    chosen = [e for e in case.events if e.kind in TIMELINE_KINDS_ALWAYS or e.severity >= Severity.ERROR]
+    chosen = [e for e in chosen if e.kind not in (Kind.LOG, Kind.EXIT)]
+    if len(chosen) > rows:
+        # The window that matters: from just before the first failure on.
+        first = next((i for i, e in enumerate(chosen) if e.kind in TIMELINE_FAILURE), 0)
+        start = max(0, min(first - 2, len(chosen) - rows))
+        chosen = chosen[start:start + rows]
+    table = Table(title="Timeline around the failure", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("time", no_wrap=True)
+    table.add_column("rank", justify="right")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("what", overflow="fold")
+    for e in chosen:
+        when = e.time.strftime("%H:%M:%S") if e.time else "-"
+        table.add_row(when + ("~" if e.time_inferred else ""), _r(e.rank), e.kind,
+                      Text.assemble(e.message[:110], (f" [{e.where}]", "dim")))
+    return table
+
+
+def _environment_table(case: "Case") -> Table:
+    table = Table(title="Environment", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
+    table.add_column("key", style="cyan", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for key, value in case.context.environment.items():
+        table.add_row(key, Text(str(value)[:120]))
+    return table
+
+
+def _sources_table(case: "Case") -> Table:
+    table = Table(title="Inputs", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("file", overflow="fold")
+    table.add_column("kind")
+    table.add_column("lines", justify="right")
+    table.add_column("events", justify="right")
+    table.add_column("unparsed", justify="right")
+    for s in case.sources:
+        table.add_row(Text(s.relpath), s.kind, _n(s.lines), str(len(s.events)), _n(s.unparsed_lines))
+        for problem in s.problems:
+            table.add_row(Text(f"  ! {problem}", style="yellow"), "", "", "", "")
+    return table
+
+
+def _short(path: str | None) -> str:
+    if not path:
+        return "?"
+    marker = "site-packages/"
+    return path.split(marker, 1)[1] if marker in path else path
+
+
+def _r(rank) -> str:
+    return "-" if rank is None else str(rank)
+
+
+def _n(value) -> str:
+    return "-" if value is None else str(value)

@@ -1,0 +1,117 @@
+"""Rules about the reported error and where it surfaced."""
+
+from __future__ import annotations
+
+from forensics import knowledge
+from forensics.events import Event, Frame, Kind
+from forensics.rules.base import Context, Rule, Surface
+
+
+class ReportedError(Rule):
+    """Finds the CUDA error the crash is about: the earliest CUDA error reported by a
+    process's own host call (a traceback or a custom-op error line); a relay such as the
+    engine's "Worker failed with error '...'" is used only when nothing better exists.
+    Looks the error up in the CUDA error catalogue to know whether it is sticky."""
+
+    name = "reported-error"
+
+    def apply(self, ctx: Context) -> None:
+        direct = [e for e in ctx.of_kind(Kind.CUDA_ERROR) if e.attrs.get("cuda_error")]
+        relayed = [e for e in ctx.events if e.attrs.get("cuda_error") and e.kind != Kind.CUDA_ERROR]
+        pool = direct or relayed
+        if not pool:
+            ctx.explain(self, "No CUDA error is reported anywhere in the inputs.")
+            return
+        sticky_first = sorted(pool, key=lambda e: not e.attrs["cuda_error"].sticky)
+        event = sticky_first[0] if sticky_first[0].attrs["cuda_error"].sticky else pool[0]
+        ctx.error = event.attrs["cuda_error"]
+        ctx.error_event = event
+        ctx.failure_kind = "cuda-error"
+        err = ctx.error
+        stickiness = ("sticky: every later CUDA call in that process fails with it, so the "
+                      "call that reports it is not where it happened") if err.sticky else "not sticky"
+        how = "reported directly" if direct else "known only from a relayed message"
+        ctx.explain(self, f"{err.name} ({err.code}, \"{err.message}\") is {how} at "
+                          f"{event.where}; it is {stickiness}.")
+
+
+class SurfacePoints(Rule):
+    """For every process that reported a CUDA error, marks where it surfaced: the host
+    API that returned it (from the surface-API catalogue, matched on the frames' source
+    lines) and the innermost relevant frame, skipping error-check helpers such as
+    checkCudaErrors and library internals. One entry per process: its first report;
+    the same report seen in another file (a per-rank log) is listed as corroboration."""
+
+    name = "surface-points"
+
+    def apply(self, ctx: Context) -> None:
+        per_pid: dict = {}
+        for event in ctx.of_kind(Kind.CUDA_ERROR):
+            key = event.pid if event.pid is not None else ("file", event.source)
+            surface = surface_of(event)
+            first = per_pid.get(key)
+            if first is None:
+                per_pid[key] = surface
+            elif (first.file, first.line) == (surface.file, surface.line) and event.source != first.source.split(":")[0]:
+                first.also_seen_in.append(surface.source)
+        ctx.surfaces = sorted(per_pid.values(), key=lambda s: (s.time is None, s.time, s.source))
+        for s in ctx.surfaces:
+            who = f"rank {s.rank}" if s.rank is not None else "an unranked process"
+            site = f"{s.file}:{s.line} in {s.function}" if s.file else "no Python frame"
+            api = f" via {s.api}" if s.api else ""
+            ctx.explain(self, f"On {who} (pid {s.pid}) the error surfaced{api} at {site} ({s.how}); "
+                              f"evidence {s.source}.")
+        if not ctx.surfaces and ctx.error is not None:
+            ctx.explain(self, "The error is only known from relayed messages; no process's own "
+                              "report of it was found.")
+
+
+def surface_of(event: Event) -> Surface:
+    chain = event.attrs.get("chain") or ()
+    frames: tuple[Frame, ...] = ()
+    exception = event.message
+    for exc in reversed(chain):        # the exception that carries the CUDA error
+        if knowledge.find_cuda_error(f"{exc.type}: {exc.message}"):
+            frames = exc.frames
+            exception = f"{exc.type}: {exc.message.splitlines()[0] if exc.message else ''}"
+            break
+    api, site = pick_site(frames)
+    how = "logged"
+    if chain:
+        how = f"unraisable exception in {event.attrs.get('unraisable_in')}" if event.attrs.get("unraisable") else "raised"
+    file = site.file if site else event.attrs.get("file")
+    line = site.line if site else _int(event.attrs.get("line"))
+    return Surface(rank=event.rank, pid=event.pid, api=api, file=file, line=line,
+                   function=site.function if site else None, time=event.time,
+                   source=event.where, exception=exception,
+                   error=event.attrs.get("cuda_error"), how=how)
+
+
+def pick_site(frames: tuple[Frame, ...]) -> tuple[str | None, Frame | None]:
+    """(API, frame): the innermost frame whose code calls a surface API, else the
+    innermost frame that is not an error-check helper or library internal."""
+    helpers = knowledge.error_check_frames()
+    internals = knowledge.library_internal_files()
+
+    def relevant(frame: Frame) -> bool:
+        if frame.function and any(p.search(frame.function) for p in helpers):
+            return False
+        return not any(p.search(frame.file) for p in internals)
+
+    for frame in reversed(frames):
+        if not relevant(frame) or not frame.code:
+            continue
+        for api in knowledge.surface_apis():
+            if api.pattern.search(frame.code):
+                return api.api, frame
+    for frame in reversed(frames):
+        if relevant(frame):
+            return None, frame
+    return None, frames[-1] if frames else None
+
+
+def _int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
