@@ -8,12 +8,21 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
+from pathlib import Path
 
 from lark import Lark
 
 
+_SOURCE_TREE = Path(__file__).resolve().parents[1] / "grammars"
+
+
 def grammar_text(name: str) -> str:
-    return resources.files("forensics.grammars").joinpath(f"{name}.lark").read_text(encoding="utf-8")
+    """The grammar from the installed package, or from the source tree when running
+    from a checkout (where ``grammars/`` sits beside ``forensics/``)."""
+    try:
+        return resources.files("forensics.grammars").joinpath(f"{name}.lark").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):
+        return (_SOURCE_TREE / f"{name}.lark").read_text(encoding="utf-8")
 
 
 @functools.lru_cache(maxsize=None)

@@ -158,9 +158,9 @@ def _kind_of(relpath: str, head: bytes) -> tuple[str, tuple[str, ...]]:
     if head.startswith((b"PK\x03\x04", b"\x28\xb5\x2f\xfd")) or head[257:262] == b"ustar":
         return "unknown", (f"{relpath}: archive or zstd stream; extract it first "
                            "(archive reading is not supported yet)",)
-    if head.count(b"\x00") > len(head) // 100 + 1:
-        return "unknown", (f"{relpath}: binary data of unknown format; skipped",)
     text = head.decode("utf-8", errors="replace")
+    if _looks_binary(text):
+        return "unknown", (f"{relpath}: binary data of unknown format; skipped",)
     if "<ComputeSanitizerOutput" in text[:4096]:
         return "compute-sanitizer-xml", ()
     if "========= COMPUTE-SANITIZER" in text or "\n========= " in text or text.startswith("========= "):
@@ -169,6 +169,12 @@ def _kind_of(relpath: str, head: bytes) -> tuple[str, tuple[str, ...]]:
             or "[Current focus set to CUDA" in text or "Opening GPU coredump" in text):
         return "cuda-gdb", ()
     return "text", ()
+
+
+def _looks_binary(text: str) -> bool:
+    """Mostly control characters or undecodable bytes: not a log (a few are tolerated)."""
+    bad = sum(1 for ch in text if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\x1b\x0c"))
+    return bad > max(8, len(text) // 10)
 
 
 def iter_lines(stream: BinaryIO, stats: "ReadStats") -> Iterator[tuple[int, str]]:

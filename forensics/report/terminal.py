@@ -46,10 +46,11 @@ def render(case: "Case", console: Console, explain: bool = False, timeline_rows:
         for n, step in enumerate(ctx.next_steps, 1):
             command, _, why = step.partition("  # ")
             console.print(Text(f" {n}. {why}", style="bold") if why else Text(f" {n}."))
-            console.print(Text(f"    {command}", style="cyan"), soft_wrap=True)
+            console.print(Text(shell_wrap(command, console.width - 6, indent="    "), style="cyan"),
+                          soft_wrap=True)
     console.print(_sources_table(case))
     if ctx.signature:
-        console.print(Text(f"signature: {ctx.signature}", style="dim"), soft_wrap=True)
+        console.print(Text(f"signature: {ctx.signature}", style="dim"))
 
 
 def _verdict_panel(case: "Case") -> Panel:
@@ -149,6 +150,19 @@ def _sources_table(case: "Case") -> Table:
         for problem in s.problems:
             table.add_row(Text(f"  ! {problem}", style="yellow"), "", "", "", "")
     return table
+
+
+def shell_wrap(command: str, width: int, indent: str = "") -> str:
+    """A long command split at spaces into backslash-continued lines: still pastes."""
+    lines, current = [], indent
+    for word in command.split(" "):
+        if current.strip() and len(current) + 1 + len(word) > width:
+            lines.append(current + " \\")
+            current = indent + "  " + word
+        else:
+            current = f"{current} {word}" if current.strip() else current + word
+    lines.append(current)
+    return "\n".join(lines)
 
 
 def _short(path: str | None) -> str:
