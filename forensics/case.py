@@ -26,9 +26,16 @@ def _text_parser():
     return TextLogParser()
 
 
+def _cuda_gdb_parser():
+    from forensics.parsers.cuda_gdb import CudaGdbParser
+    return CudaGdbParser()
+
+
 # kind -> factory of an object with .parse(Source) -> ParsedSource
 PARSERS: dict[str, Callable[[], Any]] = {
     "text": _text_parser,
+    "compute-sanitizer": _text_parser,    # sanitizer reports are blocks inside text
+    "cuda-gdb": _cuda_gdb_parser,
 }
 
 

@@ -16,6 +16,7 @@ from forensics import knowledge
 from forensics.events import Event, Kind, Severity, freeze
 from forensics.parsers import traceback as tb
 from forensics.parsers.base import ParsedSource
+from forensics.parsers.sanitizer import MARKER, SanitizerAssembler
 from forensics.parsers.vllm_log import LineParser, LogLine
 from forensics.sources import ReadStats, Source, iter_lines
 
@@ -54,6 +55,7 @@ class TextLogParser:
         assemblers: dict = defaultdict(tb.TracebackAssembler)
         block_owner: dict[int, LogLine] = {}   # first line of a block -> its envelope
         forms: dict[str, int] = defaultdict(int)
+        sanitizer = SanitizerAssembler(source.relpath)
         seq = 0
 
         def emit(event: Event) -> None:
@@ -80,6 +82,11 @@ class TextLogParser:
             for lineno, raw in iter_lines(stream, stats):
                 out.lines += 1
                 text = _ANSI.sub("", raw) if "\x1b" in raw else raw
+                if text.startswith(MARKER):
+                    # compute-sanitizer output, possibly interleaved with the app's own lines
+                    forms["compute-sanitizer"] += 1
+                    sanitizer.feed(lineno, text)
+                    continue
                 line = self.lines.parse(text)
                 forms[line.form] += 1
                 key = (line.pid, line.process) if line.pid is not None else None
@@ -100,6 +107,12 @@ class TextLogParser:
                     out.count_unparsed(lineno, text)
         for assembler in assemblers.values():
             finish_blocks(assembler.flush())
+        sanitizer.flush()
+        out.event_lines += sanitizer.report_lines
+        out.noise_lines += sanitizer.noise_lines
+        for lineno, text in sanitizer.unparsed:
+            out.count_unparsed(lineno, MARKER + text)
+        out.events.extend(sanitizer.events(seq))
 
         out.problems.extend(stats.describe())
         out.kind = _dominant_kind(forms, out.events)
@@ -176,6 +189,8 @@ def _envelope_attrs(line: LogLine) -> dict:
 
 
 def _dominant_kind(forms: dict[str, int], events: list[Event]) -> str:
+    if forms.get("compute-sanitizer", 0) > forms.get("record", 0):
+        return "compute-sanitizer"
     if forms.get("record") or forms.get("uvicorn"):
         return "vllm-log"
     kinds = {e.kind for e in events}
