@@ -19,6 +19,7 @@ from forensics.rules.base import Context
 from forensics.sources import Source, discover
 
 SCHEMA = "forensics.report/1"
+TOOL_KINDS = {"compute-sanitizer", "compute-sanitizer-xml", "cuda-gdb"}
 
 
 def _text_parser():
@@ -93,5 +94,6 @@ def analyze(*paths: str) -> Case:
     events = timeline.order([p.events for p in parsed])
     table = timeline.ProcessTable.learn(events)
     events = [table.resolve(e) for e in events]
-    ctx = rules.run(Context(events=events, processes=table))
+    tool_sources = {p.relpath for p in parsed if p.kind in TOOL_KINDS}
+    ctx = rules.run(Context(events=events, processes=table, tool_sources=tool_sources))
     return Case(sources=parsed, events=events, context=ctx, timeline=timeline.dataframe(events))

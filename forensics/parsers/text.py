@@ -130,7 +130,7 @@ def _line_event(line: LogLine, relpath: str, lineno: int, seq: int) -> Event | N
         attrs = {**_envelope_attrs(line), **groups, "message_id": entry.id}
         pid = line.pid
         process = line.process
-        if pid is None and entry.kind in (Kind.EXIT, Kind.XID, Kind.OOM) and "subject_pid" in groups:
+        if pid is None and entry.kind in (Kind.EXIT, Kind.XID, Kind.OOM, Kind.FATAL_SIGNAL) and "subject_pid" in groups:
             # A line about a process written by no process of ours: file it under its subject.
             pid = _int(groups["subject_pid"])
             process = groups.get("subject_process", process)

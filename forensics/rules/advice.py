@@ -130,6 +130,10 @@ class Summary(Rule):
             elif ctx.error.sticky:
                 bits.append("the faulting kernel is unknown: the reporting call is only where the "
                             "sticky error surfaced")
+        elif ctx.origin and ctx.origin.kernel != "unknown":
+            bits.append(f"{ctx.origin.fault} in kernel {ctx.origin.kernel}"
+                        + (f" on rank {ctx.origin.rank}" if ctx.origin.rank is not None else "")
+                        + f" ({ctx.origin.confidence} confidence; no host call reported a CUDA error)")
         elif ctx.first_failure:
             bits.append(ctx.first_failure.what)
         else:

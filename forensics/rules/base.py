@@ -83,6 +83,7 @@ class Context:
     summary: str = ""
     failure_kind: str | None = None   # cuda-error | worker-killed | oom | hang | startup | none
     explanations: list[tuple[str, str]] = field(default_factory=list)
+    tool_sources: set[str] = field(default_factory=set)   # inputs printed under a debugging tool
 
     def explain(self, rule: "Rule", text: str) -> None:
         self.explanations.append((rule.name, text))

@@ -16,7 +16,10 @@ class ReportedError(Rule):
     name = "reported-error"
 
     def apply(self, ctx: Context) -> None:
-        direct = [e for e in ctx.of_kind(Kind.CUDA_ERROR) if e.attrs.get("cuda_error")]
+        # A run under compute-sanitizer or cuda-gdb reports another code (719 for 700):
+        # the application's own plain run is preferred when both are there.
+        direct = sorted((e for e in ctx.of_kind(Kind.CUDA_ERROR) if e.attrs.get("cuda_error")),
+                        key=lambda e: e.source in ctx.tool_sources)
         relayed = [e for e in ctx.events if e.attrs.get("cuda_error") and e.kind != Kind.CUDA_ERROR]
         pool = direct or relayed
         if not pool:
@@ -47,7 +50,7 @@ class SurfacePoints(Rule):
     def apply(self, ctx: Context) -> None:
         per_pid: dict = {}
         for event in ctx.of_kind(Kind.CUDA_ERROR):
-            key = event.pid if event.pid is not None else ("file", event.source)
+            key = event.pid if event.pid is not None else ("site", surface_of(event).file, surface_of(event).line)
             surface = surface_of(event)
             first = per_pid.get(key)
             if first is None:
@@ -76,13 +79,18 @@ def surface_of(event: Event) -> Surface:
             exception = f"{exc.type}: {exc.message.splitlines()[0] if exc.message else ''}"
             break
     api, site = pick_site(frames)
+    if not chain:
+        # a native check line ("file.cu:24 ... cudaDeviceSynchronize()"): the call is the API
+        call = event.attrs.get("call") or ""
+        api = next((a.api for a in knowledge.surface_apis() if a.pattern.search(call)), None) or \
+            (call.split("(")[0] or None)
     how = "logged"
     if chain:
         how = f"unraisable exception in {event.attrs.get('unraisable_in')}" if event.attrs.get("unraisable") else "raised"
     file = site.file if site else event.attrs.get("file")
     line = site.line if site else _int(event.attrs.get("line"))
     return Surface(rank=event.rank, pid=event.pid, api=api, file=file, line=line,
-                   function=site.function if site else None, time=event.time,
+                   function=site.function if site else event.attrs.get("function"), time=event.time,
                    source=event.where, exception=exception,
                    error=event.attrs.get("cuda_error"), how=how)
 

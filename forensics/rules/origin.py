@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 
 from forensics import knowledge
 from forensics.events import Event, Kind
@@ -30,18 +31,33 @@ _KERNEL_HINTS = (
 )
 
 
+@dataclass(frozen=True)
+class Evidence:
+    """One piece of device evidence naming a kernel, whatever tool printed it."""
+
+    tool: str
+    kernel: str
+    fault: str
+    pid: int | None
+    rank: int | None
+    address: str | None
+    where: str
+    text: str
+
+
 class DeviceOrigin(Rule):
-    """Fills the origin from device evidence.  Kernel-naming evidence (core dump,
-    sanitizer, cuda-gdb) is joined to a rank by its pid; when it carries none (one
-    sanitizer log for the whole process tree), by an Xid line's pid, else by the only
-    rank that reported a CUDA error.  An Xid alone gives the rank with medium confidence
-    and the kernel only from the logs of that process (low); conflicting evidence lowers
-    the confidence and is said."""
+    """Fills the origin from device evidence.  Kernel-naming evidence (GPU core dump or
+    the driver's core-dump progress lines, compute-sanitizer, cuda-gdb) is joined to a
+    rank by its pid; when it carries none (one sanitizer log for the whole process tree),
+    by an Xid line's pid, else by the only rank that reported a CUDA error.  An Xid alone
+    gives the rank and the fault but names no kernel: the kernel is then taken only from
+    that process's own log (circumstantial, low confidence).  Tools that disagree on the
+    kernel, or an Xid naming another pid, lower the confidence and are said."""
 
     name = "device-origin"
 
     def apply(self, ctx: Context) -> None:
-        strong = [e for e in ctx.events if e.kind in STRONG_KINDS and e.attrs.get("kernel")]
+        strong = kernel_evidence(ctx)
         xids = [e for e in ctx.of_kind(Kind.XID) if _app_fault_xid(e) and e.pid is not None]
         if not strong and not xids:
             ctx.explain(self, "No device evidence (sanitizer report, core dump, cuda-gdb stop or "
@@ -56,21 +72,23 @@ class DeviceOrigin(Rule):
             ctx.explain(self, f"Origin: {o.kernel} on rank {o.rank} (pid {o.pid}), {o.fault}; "
                               f"confidence {o.confidence} ({'; '.join(o.notes) or 'direct evidence'}).")
 
-    def _from_kernel_evidence(self, ctx: Context, strong: list[Event], xids: list[Event]) -> Origin:
+    def _from_kernel_evidence(self, ctx: Context, strong: list[Evidence], xids: list[Event]) -> Origin:
+        multi_rank = any(p.role == "worker" for p in ctx.processes.processes())
         first = strong[0]
-        kernels = {e.attrs["kernel"] for e in strong}
+        kernels = {normalise(e.kernel) for e in strong}
         notes = []
         pid, rank = first.pid, first.rank
         confidence = "high"
         if pid is None:
-            pids_with_pid = {e.pid for e in strong if e.pid is not None}
-            if len(pids_with_pid) == 1:
-                pid = pids_with_pid.pop()
+            with_pid = {e.pid for e in strong if e.pid is not None}
+            if len(with_pid) == 1:
+                pid = with_pid.pop()
             elif xids:
                 pid = xids[0].pid
                 notes.append(f"rank joined by the Xid line's pid ({xids[0].where})")
-                confidence = "medium" if len({x.pid for x in xids}) > 1 else "high"
-            else:
+                if len({x.pid for x in xids}) > 1:
+                    confidence = "medium"
+            elif multi_rank:
                 reporters = {s.pid for s in ctx.surfaces if s.pid is not None}
                 if len(reporters) == 1:
                     pid = reporters.pop()
@@ -80,17 +98,22 @@ class DeviceOrigin(Rule):
                     notes.append("the device evidence carries no pid and nothing joins it to a rank")
                     confidence = "medium"
             rank = ctx.processes.rank_of(pid)
+        elif rank is None:
+            rank = ctx.processes.rank_of(pid)
         if len(kernels) > 1:
             notes.append(f"device evidence names several kernels: {', '.join(sorted(kernels))}")
             confidence = "medium"
-        if xids and pid is not None and xids[0].pid != pid:
+        tools = sorted({e.tool for e in strong})
+        if len(tools) > 1 and len(kernels) == 1:
+            notes.append(f"{' and '.join(tools)} agree on the kernel")
+        if multi_rank and xids and pid is not None and all(x.pid != pid for x in xids):
             notes.append(f"an Xid names pid {xids[0].pid}, not {pid}")
             confidence = "low"
-        evidence = [_evidence(e) for e in strong[:10]] + [_evidence(x) for x in xids[:3]]
-        return Origin(rank=rank, pid=pid, kernel=first.attrs["kernel"],
-                      fault=first.attrs.get("fault") or first.message,
-                      address=first.attrs.get("address"), evidence=evidence,
-                      confidence=confidence, notes=notes)
+        evidence = [{"kind": e.tool, "source": e.where, "text": e.text[:300]} for e in strong[:10]]
+        evidence += [_evidence(x) for x in xids[:3]]
+        return Origin(rank=rank, pid=pid, kernel=first.kernel, fault=first.fault,
+                      address=next((e.address for e in strong if e.address), None),
+                      evidence=evidence, confidence=confidence, notes=notes)
 
     def _from_xid(self, ctx: Context, xids: list[Event]) -> Origin | None:
         xid = xids[0]
@@ -111,8 +134,69 @@ class DeviceOrigin(Rule):
             fault += f", {access}"
         evidence = [_evidence(x) for x in xids[:3]] + ([_evidence(hint)] if hint else [])
         return Origin(rank=ctx.processes.rank_of(xid.pid), pid=xid.pid, kernel=kernel, fault=fault,
-                      address=address, evidence=evidence,
-                      confidence="low" if hint else "low", notes=notes)
+                      address=address, evidence=evidence, confidence="low", notes=notes)
+
+
+def kernel_evidence(ctx: Context) -> list[Evidence]:
+    """Every piece of evidence that names a faulting kernel, strongest tools first.
+
+    Race and leak reports name a kernel too but are not faults: they count only when
+    nothing faulted."""
+    out: list[Evidence] = []
+    for event in ctx.events:
+        kernel = event.attrs.get("kernel")
+        if event.kind not in STRONG_KINDS or not kernel:
+            continue
+        if event.kind == Kind.SANITIZER and event.attrs.get("report") not in ("access", "warp_assert", "uninit", "barrier", "race", "hazard"):
+            continue
+        fault = event.attrs.get("fault") or event.message
+        if event.attrs.get("address_note"):
+            fault = f"{fault}: address {event.attrs['address_note']}"
+        out.append(Evidence(tool=_tool(event), kernel=kernel, fault=fault,
+                            pid=event.pid, rank=event.rank, address=event.attrs.get("address"),
+                            where=event.where, text=event.message))
+    out.extend(_coredump_progress(ctx))
+    faults = [e for e in out if "race" not in e.fault.lower() and "hazard" not in e.fault.lower()]
+    order = {"cuda-coredump": 0, "coredump-progress": 1, "compute-sanitizer": 2, "cuda-gdb": 3}
+    return sorted(faults or out, key=lambda e: order.get(e.tool, 4))
+
+
+def _tool(event: Event) -> str:
+    return {Kind.CORE_DUMP: "cuda-coredump", Kind.SANITIZER: "compute-sanitizer",
+            Kind.CUDA_GDB: "cuda-gdb"}[event.kind]
+
+
+def _coredump_progress(ctx: Context) -> list[Evidence]:
+    """The driver's "coredump:" progress lines: exception type and the faulting warp's
+    stack; the outermost frame is the kernel."""
+    out = []
+    by_pid: dict = {}
+    for event in ctx.of_kind(Kind.CORE_DUMP):
+        mid = event.attrs.get("message_id")
+        if mid == "coredump-exception":
+            by_pid[event.pid] = {"exception": event, "frames": []}
+        elif mid == "coredump-frame" and event.pid in by_pid:
+            by_pid[event.pid]["frames"].append(event)
+    for pid, found in by_pid.items():
+        frames = sorted(found["frames"], key=lambda e: int(e.attrs.get("frame", 0)))
+        if not frames:
+            continue
+        exc = found["exception"]
+        fault = exception_text(exc.attrs.get("exception", ""))
+        out.append(Evidence(tool="coredump-progress", kernel=frames[-1].attrs["function"].strip(),
+                            fault=fault, pid=pid, rank=exc.rank, address=None, where=exc.where,
+                            text=f"{exc.message} / {frames[-1].message}"))
+    return out
+
+
+def exception_text(cudbg_name: str) -> str:
+    """CUDBG_EXCEPTION_WARP_ILLEGAL_ADDRESS -> Warp Illegal Address (cuda-gdb's words)."""
+    words = cudbg_name.replace("CUDBG_EXCEPTION_", "").split("_")
+    return " ".join(w.capitalize() for w in words if w)
+
+
+def normalise(kernel: str) -> str:
+    return kernel.split("(")[0].split("<")[0].strip()
 
 
 def _app_fault_xid(event: Event) -> bool:
