@@ -278,7 +278,9 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
         attrs["address_range"] = [hex(finding.addresses[0]), hex(finding.addresses[1])]
     if r.frames:
         attrs["host_frames"] = r.frames[:40]
-        attrs["launch_site"] = next((f for f in r.frames if " in " in f and ".py:" in f), None)
+        # the innermost frame with a source location: where the kernel was launched from
+        sites = (f.split(" [")[0] for f in r.frames if re.search(r" in \S+:\d+", f))
+        attrs["launch_site"] = next(sites, None)
     if r.kind == "api_error":
         m = re.search(r"Program hit (\w+) \(error (\d+)\) due to \"([^\"]*)\" on CUDA API call to (\w+)", r.headline)
         if m:
