@@ -32,11 +32,29 @@ def _cuda_gdb_parser():
     return CudaGdbParser()
 
 
+def _cuda_coredump_parser():
+    from forensics.parsers.nvcudmp import CudaCoredumpParser
+    return CudaCoredumpParser()
+
+
+def _elf_core_parser():
+    from forensics.parsers.elfcore import ElfCoreParser
+    return ElfCoreParser()
+
+
+def _sanitizer_xml_parser():
+    from forensics.parsers.sanitizer_xml import SanitizerXmlParser
+    return SanitizerXmlParser()
+
+
 # kind -> factory of an object with .parse(Source) -> ParsedSource
 PARSERS: dict[str, Callable[[], Any]] = {
     "text": _text_parser,
     "compute-sanitizer": _text_parser,    # sanitizer reports are blocks inside text
     "cuda-gdb": _cuda_gdb_parser,
+    "compute-sanitizer-xml": _sanitizer_xml_parser,
+    "cuda-coredump": _cuda_coredump_parser,
+    "elf-core": _elf_core_parser,
 }
 
 

@@ -100,3 +100,31 @@ def test_100k_identical_reports_collapse_fast_with_flat_memory():
     assert parsed.lines == parsed.event_lines + parsed.noise_lines + parsed.unparsed_lines
     assert elapsed < 30, elapsed
     assert peak < 64 * 1024 * 1024, peak   # the 55 MB input itself is held by the test
+
+
+XML = DATA / "gpu/misaligned_address/compute-sanitizer_memcheck.xml"
+
+
+def test_xml_report_matches_the_text_report():
+    from forensics.parsers.sanitizer_xml import SanitizerXmlParser
+    if not XML.exists():
+        pytest.skip("recording not available")
+    parsed = SanitizerXmlParser().parse(sniff(XML, XML.name))
+    (finding,) = [e for e in parsed.events if e.attrs.get("report") == "access"]
+    text = findings(parse(MISALIGNED), "access")[0]
+    for key in ("kernel", "pc_offset", "kernel_source", "fault", "address_note", "launch_site"):
+        assert finding.attrs[key] == text.attrs[key], key
+    assert finding.attrs["count"] == 100     # the XML run's own count (its --print-limit)
+
+
+def test_truncated_xml_keeps_the_records_before_the_cut(tmp_path):
+    from forensics.parsers.sanitizer_xml import SanitizerXmlParser
+    if not XML.exists():
+        pytest.skip("recording not available")
+    data = XML.read_bytes()
+    cut = tmp_path / "cut.xml"
+    cut.write_bytes(data[: len(data) // 2])
+    parsed = SanitizerXmlParser().parse(sniff(cut, cut.name))
+    assert any("cut short" in p for p in parsed.problems)
+    (finding,) = [e for e in parsed.events if e.attrs.get("report") == "access"]
+    assert 0 < finding.attrs["count"] < 100

@@ -279,7 +279,8 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
     if r.frames:
         attrs["host_frames"] = r.frames[:40]
         # the innermost frame with a source location: where the kernel was launched from
-        sites = (f.split(" [")[0] for f in r.frames if re.search(r" in \S+:\d+", f))
+        sites = (f.split(" [")[0] for f in r.frames if re.search(r" in \S+:\d+", f)
+                 and not _LAUNCH_PLUMBING.search(f) and f.split(" in ")[0] != attrs.get("kernel"))
         attrs["launch_site"] = next(sites, None)
     if r.kind == "api_error":
         m = re.search(r"Program hit (\w+) \(error (\d+)\) due to \"([^\"]*)\" on CUDA API call to (\w+)", r.headline)
@@ -298,6 +299,9 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
     return Event(kind=Kind.SANITIZER, message=f"{r.headline}{where}{count}", source=relpath,
                  line=finding.first_line, seq=seq, severity=severity, pid=pid, attrs=freeze(attrs))
 
+
+# Frames of the CUDA runtime's own launch path (full XML stacks carry them).
+_LAUNCH_PLUMBING = re.compile(r"__cudaLaunch|__device_stub|cudafe1|device_functions\.h|/cuda[^/]*/(targets|include)/")
 
 _AT = re.compile(r"^(?P<func>.*?)\+(?P<pc>0x[0-9a-fA-F]+)(?: in (?P<loc>\S+))?$|"
                  r"^(?P<pc2>0x[0-9a-fA-F]+) in (?P<func2>.*)$")
