@@ -26,7 +26,12 @@ def grammar_text(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def load(name: str, start: tuple[str, ...] = ("start",)) -> Lark:
-    """The LALR parser for ``grammars/<name>.lark`` (contextual lexer, disk-cached)."""
+def load(name: str, start: tuple[str, ...] = ("start",), parser: str = "lalr") -> Lark:
+    """The parser for ``grammars/<name>.lark``: LALR with the contextual lexer (fast,
+    disk-cached) by default; Earley for the few small grammars whose envelopes share
+    tokens with free text, used only on prefiltered lines."""
+    if parser == "earley":
+        return Lark(grammar_text(name), parser="earley", lexer="dynamic", start=list(start),
+                    maybe_placeholders=False)
     return Lark(grammar_text(name), parser="lalr", lexer="contextual", start=list(start),
                 cache=True, maybe_placeholders=False)

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from forensics import knowledge
 from forensics.events import Event, Kind, Severity, freeze
+from forensics.parsers import kernel_log
 from forensics.parsers import traceback as tb
 from forensics.parsers.base import ParsedSource
 from forensics.parsers.sanitizer import MARKER, SanitizerAssembler
@@ -121,13 +122,20 @@ class TextLogParser:
 
 
 def _line_event(line: LogLine, relpath: str, lineno: int, seq: int) -> Event | None:
+    extra = {}
+    if line.form == "raw":
+        kernel = kernel_log.parse(line.message)
+        if kernel is not None:
+            extra = {k: v for k, v in (("uptime", kernel.uptime), ("host", kernel.host)) if v is not None}
+            line = LogLine(message=kernel.message, form="kernel", stamp=kernel.stamp,
+                           container_time=kernel.wall_time)
     found = classify_message(line.message, line.form)
     base = dict(source=relpath, line=lineno, seq=seq, pid=line.pid, process=line.process,
-                attrs=freeze(_envelope_attrs(line)))
+                attrs=freeze({**_envelope_attrs(line), **extra}))
     if found:
         entry, groups = found
         severity = Severity.from_level(entry.severity or line.level)
-        attrs = {**_envelope_attrs(line), **groups, "message_id": entry.id}
+        attrs = {**_envelope_attrs(line), **extra, **groups, "message_id": entry.id}
         pid = line.pid
         process = line.process
         if pid is None and entry.kind in (Kind.EXIT, Kind.XID, Kind.OOM, Kind.FATAL_SIGNAL) and "subject_pid" in groups:
