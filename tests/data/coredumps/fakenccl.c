@@ -1,0 +1,1 @@
+int ncclGetVersion(int *v) { *v = 22105; return 0; }
