@@ -58,6 +58,7 @@ class Kind:
     CUDA_GDB = "cuda-gdb"                # cuda-gdb exception stop
     CORE_DUMP = "core-dump"              # GPU or CPU core dump facts
     FATAL_SIGNAL = "fatal-signal"        # faulthandler / signal death
+    STACK_DUMP = "stack-dump"            # py-spy dump of a live (often hung) process
 
 
 def freeze(attrs: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -91,3 +91,11 @@ def test_without_device_evidence_origin_is_unknown(tmp_path, bundle):
     if case.context.error is not None and case.context.error.sticky:
         assert any("compute-sanitizer" in step for step in case.context.next_steps)
         assert any("CUDA_ENABLE_COREDUMP_ON_EXCEPTION" in step for step in case.context.next_steps)
+
+
+def test_shared_triton_single_process_names_the_launched_kernel_with_low_confidence(shared_case):
+    case, truth = shared_case("s5a_triton_oob_async")
+    o = case.context.origin
+    assert o.kernel == truth["fault"]["kernel"] and o.pid == truth["kernel_log"]["xid"][0]["pid"]
+    assert o.confidence == "low"                  # only a log line names the kernel
+    assert any("compute-sanitizer" in step for step in case.context.next_steps)

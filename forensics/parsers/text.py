@@ -18,6 +18,7 @@ from forensics.parsers import kernel_log
 from forensics.parsers import traceback as tb
 from forensics.parsers.base import ParsedSource
 from forensics.parsers.sanitizer import MARKER, SanitizerAssembler
+from forensics.parsers.stackdump import StackDumpAssembler, block_event
 from forensics.parsers.vllm_log import LineParser, LogLine
 from forensics.sources import ReadStats, Source, iter_lines
 
@@ -57,10 +58,24 @@ class TextLogParser:
         block_owner: dict[int, LogLine] = {}   # first line of a block -> its envelope
         forms: dict[str, int] = defaultdict(int)
         sanitizer = SanitizerAssembler(source.relpath)
+        dumps = StackDumpAssembler()
         seq = 0
 
         def emit(event: Event) -> None:
             out.events.append(event)
+
+        def finish_dumps(blocks) -> None:
+            nonlocal seq
+            for block in blocks:
+                seq += 1
+                event = block_event(block, source.relpath, seq)
+                if event is None:
+                    for lineno, text in zip(block.linenos, block.lines):
+                        out.count_unparsed(lineno, text)
+                    continue
+                forms[block.format.name] += 1
+                out.event_lines += len(block.lines)
+                emit(event)
 
         def finish_blocks(blocks: list[tb.Block]) -> None:
             nonlocal seq
@@ -88,6 +103,10 @@ class TextLogParser:
                     forms["compute-sanitizer"] += 1
                     sanitizer.feed(lineno, text)
                     continue
+                done_dumps, in_dump = dumps.feed(text, lineno)
+                finish_dumps(done_dumps)
+                if in_dump:
+                    continue
                 line = self.lines.parse(text)
                 forms[line.form] += 1
                 key = (line.pid, line.process) if line.pid is not None else None
@@ -109,6 +128,7 @@ class TextLogParser:
         for assembler in assemblers.values():
             finish_blocks(assembler.flush())
         sanitizer.flush()
+        finish_dumps(dumps.flush())
         out.event_lines += sanitizer.report_lines
         out.noise_lines += sanitizer.noise_lines
         for lineno, text in sanitizer.unparsed:
@@ -201,6 +221,10 @@ def _dominant_kind(forms: dict[str, int], events: list[Event]) -> str:
         return "compute-sanitizer"
     if forms.get("record") or forms.get("uvicorn"):
         return "vllm-log"
+    if forms.get("faulthandler"):
+        return "faulthandler"
+    if forms.get("py-spy"):
+        return "py-spy"
     kinds = {e.kind for e in events}
     if Kind.XID in kinds:
         return "kernel-log"

@@ -206,8 +206,10 @@ def _app_fault_xid(event: Event) -> bool:
 def _kernel_named_in_logs(ctx: Context, pid: int | None) -> tuple[str | None, Event | None]:
     """The last kernel a process's own log names before its first error."""
     found: tuple[str | None, Event | None] = (None, None)
+    single_process = not any(p.role == "worker" for p in ctx.processes.processes())
     for event in ctx.events:
-        if event.pid != pid:
+        # A single-process console has no pids on its lines: they are that process's.
+        if event.pid != pid and not (single_process and event.pid is None):
             continue
         if event.kind in (Kind.CUDA_ERROR, Kind.WORKER_EXCEPTION):
             break
