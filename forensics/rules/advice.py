@@ -54,11 +54,14 @@ def _serve_command(env: dict) -> str:
 
 
 class Signature(Rule):
-    """Builds a crash signature that is stable across reruns (no pids, addresses, times,
-    paths): the error name, then the origin kernel (template arguments, hashes and
-    addresses dropped) or, when the origin is unknown, the surface site as
-    file-basename:function plus the reporting API, then the failure kind.  Each part
-    records whether it contributed and why."""
+    """Builds a crash signature stable across reruns of the same bug (no pids, addresses,
+    times, paths, JIT hashes), versioned as forensics.sig/1.  Parts, each recording
+    whether it contributed and why: the fault class (from the origin's fault when the
+    kernel is known, so a rerun under compute-sanitizer - 719 instead of 700 - keeps its
+    signature; else the CUDA error name or the failure kind); the origin kernel
+    normalised (template arguments, parameters, offsets and hashes dropped) or, when the
+    origin is unknown, the surface site as file-basename:function@API with error-check
+    and library frames skipped; and the engine phase."""
 
     name = "signature"
 
@@ -68,42 +71,65 @@ class Signature(Rule):
         def part(name, value, why):
             parts.append({"part": name, "value": value, "contributed": value is not None, "why": why})
 
-        if ctx.error:
-            part("error", ctx.error.name, "the CUDA error reported")
+        kernel_known = ctx.origin is not None and ctx.origin.kernel != "unknown"
+        if kernel_known:
+            part("fault", fault_class(ctx.origin.fault), f"class of the origin's fault ({ctx.origin.fault})")
+        elif ctx.error:
+            part("fault", ctx.error.name, "the CUDA error reported (origin unknown)")
         else:
-            part("error", None, "no CUDA error in the inputs")
-        if ctx.origin and ctx.origin.kernel != "unknown":
-            part("origin", normalise_kernel(ctx.origin.kernel), "the kernel that faulted")
+            part("fault", ctx.failure_kind, "the failure kind (no CUDA error)" if ctx.failure_kind
+                 else "no failure found")
+        if kernel_known:
+            part("origin", normalise_kernel(ctx.origin.kernel), "the kernel that faulted, normalised")
         else:
             part("origin", None, "origin unknown")
-            first = ctx.surfaces[0] if ctx.surfaces else None
-            if first and first.file:
-                site = f"{first.file.rsplit('/', 1)[-1]}:{first.function}"
-                part("surface", f"{site}{'@' + first.api if first.api else ''}",
-                     "where the error surfaced (origin unknown)")
-            else:
-                part("surface", None, "no surface site")
-        part("failure", ctx.failure_kind, "what kind of failure")
+            site = _surface_site(ctx)
+            part("surface", site, "where the error surfaced, since the origin is unknown" if site
+                 else "no surface site outside error-check helpers and libraries")
+        phase = ctx.environment.get("phase")
+        part("phase", phase if phase and phase != "unknown" else None,
+             "engine phase at the failure" if phase and phase != "unknown" else "phase unknown")
         ctx.signature_parts = parts
-        used = [p["value"] for p in parts if p["contributed"]]
-        if used:
-            digest = hashlib.sha1("|".join(map(str, used)).encode()).hexdigest()[:10]
-            ctx.signature = f"{SIGNATURE_VERSION}:{digest} " + " | ".join(map(str, used))
-            ctx.explain(self, f"Signature from {', '.join(p['part'] for p in parts if p['contributed'])}.")
+        used = [f"{p['part']}={p['value']}" for p in parts if p["contributed"]]
+        if ctx.failure_kind is None and ctx.error is None and not kernel_known:
+            ctx.explain(self, "No failure, no signature.")
+            return
+        digest = hashlib.sha1("|".join(used).encode()).hexdigest()[:12]
+        ctx.signature = f"{SIGNATURE_VERSION}:{digest}"
+        ctx.explain(self, f"Signature {ctx.signature} from {', '.join(used)}.")
 
 
-_TEMPLATE = re.compile(r"<[^<>]*>")
+def fault_class(text: str) -> str:
+    for entry in knowledge.load("signature")["fault_class"]:
+        if re.search(entry["pattern"], text or ""):
+            return entry["class"]
+    return "other-fault"
 
 
 def normalise_kernel(name: str) -> str:
     """Kernel name without template arguments, parameter lists, hashes or offsets."""
-    name = name.split("+0x")[0].strip()
-    previous = None
-    while previous != name:
-        previous, name = name, _TEMPLATE.sub("", name)
-    name = re.sub(r"\(.*\)$", "", name).strip()
-    name = re.sub(r"_[0-9a-f]{8,}$|_\d+d\d+de$", "", name)
-    return name
+    depth, kept = 0, []
+    for ch in name:                       # template arguments may nest: balance brackets
+        if ch == "<" and not name[len(kept):].startswith("<<<"):
+            depth += 1
+            continue
+        if ch == ">" and depth:
+            depth -= 1
+            continue
+        if depth == 0:
+            kept.append(ch)
+    name = "".join(kept)
+    for pattern, replacement in knowledge.load("signature")["kernels"]["normalisers"]:
+        name = re.sub(pattern, replacement, name)
+    return name.strip()
+
+
+def _surface_site(ctx: Context) -> str | None:
+    skip = [re.compile(p) for p in knowledge.load("signature")["surface"]["skip_files"]]
+    for s in ctx.surfaces:
+        if s.file and not any(p.search(s.file) for p in skip):
+            return f"{s.file.rsplit('/', 1)[-1]}:{s.function}" + (f"@{s.api}" if s.api else "")
+    return None
 
 
 class Summary(Rule):
