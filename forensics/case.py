@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from forensics import __version__, rules, timeline
+from forensics import kb, rules, timeline
 from forensics.events import Event
 from forensics.parsers.base import ParsedSource
 from forensics.rules.base import Context
@@ -104,8 +104,10 @@ def parse_source(source: Source, parsers: dict[str, Any]) -> ParsedSource:
     return parsed
 
 
-def analyze(*paths: str) -> Case:
-    """Analyse files, directories (recursively) or ``-`` (stdin); returns a Case."""
+def analyze(*paths: str, kb_dirs: list[str] | None = None) -> Case:
+    """Analyse files, directories (recursively) or ``-`` (stdin); returns a Case.
+
+    ``kb_dirs``: folders of extra known-issue entries (``--kb``), added to the built-in ones."""
     flat = [p for group in paths for p in ([group] if isinstance(group, str) else list(group))]
     parsers: dict[str, Any] = {}
     parsed = [parse_source(source, parsers) for source in discover([str(p) for p in flat])]
@@ -113,5 +115,6 @@ def analyze(*paths: str) -> Case:
     table = timeline.ProcessTable.learn(events)
     events = [table.resolve(e) for e in events]
     tool_sources = {p.relpath for p in parsed if p.kind in TOOL_KINDS}
-    ctx = rules.run(Context(events=events, processes=table, tool_sources=tool_sources))
+    entries = kb.load_dirs(kb_dirs) if kb_dirs else None
+    ctx = rules.run(Context(events=events, processes=table, tool_sources=tool_sources, kb_entries=entries))
     return Case(sources=parsed, events=events, context=ctx, timeline=timeline.dataframe(events))

@@ -68,8 +68,9 @@ def build(case: "Case", timeline_limit: int | None = 400) -> dict:
         "environment_sources": ctx.environment_sources,
         "signature": ctx.signature,
         "signature_parts": ctx.signature_parts,
-        "known_issues": [],
+        "known_issues": ctx.known_issues,
         "next_steps": ctx.next_steps,
+        "checklist": ctx.checklist,
         "timeline": [_event(e) for e in select_timeline(case.events, timeline_limit)],
     }
 

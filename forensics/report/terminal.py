@@ -39,6 +39,10 @@ def render(case: "Case", console: Console, explain: bool = False, timeline_rows:
     if ctx.ranks:
         console.print(_ranks_table(case))
     console.print(_timeline_table(case, timeline_rows))
+    if ctx.known_issues:
+        console.print(_known_issues(case))
+    if ctx.checklist:
+        console.print(_checklist_table(case))
     if ctx.environment:
         console.print(_environment_table(case))
     if ctx.next_steps:
@@ -127,6 +131,33 @@ def _timeline_table(case: "Case", rows: int) -> Table:
         table.add_row(when + ("~" if e.time_inferred else ""), _r(e.rank), e.kind,
                       Text.assemble(e.message[:110], (f" [{e.where}]", "dim")))
     return table
+
+
+CHECK_STYLE = {"pass": "green", "fail": "bold red", "unknown": "dim"}
+
+
+def _checklist_table(case: "Case") -> Table:
+    table = Table(title="Incident checklist", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("check", overflow="fold")
+    table.add_column("", no_wrap=True)
+    table.add_column("finding", overflow="fold")
+    for item in case.context.checklist:
+        finding = item["finding"] + (f" [{item['evidence']}]" if item.get("evidence") else "")
+        table.add_row(Text(item["check"]), Text(item["status"], style=CHECK_STYLE[item["status"]]), Text(finding))
+    return table
+
+
+def _known_issues(case: "Case") -> Group:
+    parts = [Text("Known issues", style="bold")]
+    for k in case.context.known_issues:
+        parts.append(Text.assemble((f" {k['likelihood'].upper()} ", "bold yellow"), (k["id"], "bold"), f" - {k['title']}"))
+        parts.append(Text(f"   matched: {'; '.join(k['matched'])}" +
+                          (f"; cannot tell: {', '.join(k['unknown'])}" if k["unknown"] else "")))
+        parts.append(Text(f"   workaround: {k['workaround']}"))
+        parts.append(Text(f"   does not prove: {k['does_not_prove']}", style="dim"))
+        for ref in k["references"][:3]:
+            parts.append(Text(f"   {ref}", style="cyan"))
+    return Group(*parts)
 
 
 def _environment_table(case: "Case") -> Table:

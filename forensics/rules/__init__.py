@@ -6,9 +6,11 @@ failure, statuses before next steps); each rule documents itself in its docstrin
 
 from forensics.rules.advice import NextSteps, Signature, Summary
 from forensics.rules.base import Context, Rule
+from forensics.rules.checklist import Checklist
 from forensics.rules.environment import Environment
 from forensics.rules.errors import ReportedError, SurfacePoints
 from forensics.rules.failure import FirstFailureRule, RankStatuses
+from forensics.rules.known_issues import KnownIssues
 from forensics.rules.origin import DeviceOrigin
 
 PIPELINE: tuple[type[Rule], ...] = (
@@ -20,6 +22,8 @@ PIPELINE: tuple[type[Rule], ...] = (
     RankStatuses,
     NextSteps,
     Signature,
+    KnownIssues,
+    Checklist,
     Summary,
 )
 

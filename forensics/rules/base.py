@@ -84,6 +84,9 @@ class Context:
     failure_kind: str | None = None   # cuda-error | worker-killed | oom | hang | startup | none
     explanations: list[tuple[str, str]] = field(default_factory=list)
     tool_sources: set[str] = field(default_factory=set)   # inputs printed under a debugging tool
+    kb_entries: tuple | None = None                         # None: the built-in knowledge base
+    known_issues: list[dict] = field(default_factory=list)
+    checklist: list[dict] = field(default_factory=list)
 
     def explain(self, rule: "Rule", text: str) -> None:
         self.explanations.append((rule.name, text))
