@@ -9,7 +9,7 @@ from forensics.rules.base import Context, Rule
 from forensics.rules.checklist import Checklist
 from forensics.rules.environment import Environment
 from forensics.rules.errors import ReportedError, SurfacePoints
-from forensics.rules.failure import FirstFailureRule, RankStatuses
+from forensics.rules.failure import CollectiveHang, FirstFailureRule, RankStatuses
 from forensics.rules.known_issues import KnownIssues
 from forensics.rules.origin import DeviceOrigin
 
@@ -18,6 +18,7 @@ PIPELINE: tuple[type[Rule], ...] = (
     ReportedError,
     SurfacePoints,
     DeviceOrigin,
+    CollectiveHang,
     FirstFailureRule,
     RankStatuses,
     NextSteps,

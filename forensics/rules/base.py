@@ -87,6 +87,7 @@ class Context:
     kb_entries: tuple | None = None                         # None: the built-in knowledge base
     known_issues: list[dict] = field(default_factory=list)
     checklist: list[dict] = field(default_factory=list)
+    hang: dict | None = None          # collective-hang findings (seq, op, waited, suspects)
 
     def explain(self, rule: "Rule", text: str) -> None:
         self.explanations.append((rule.name, text))

@@ -14,6 +14,52 @@ COLLATERAL = (Kind.PEER_FAILURE, Kind.NCCL, Kind.PARENT_EXITED, Kind.ENGINE_WORK
 SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS", 4: "SIGILL"}
 
 
+class CollectiveHang(Rule):
+    """A hang, not a crash: NCCL watchdog timeouts and no fault of a process's own.  The
+    ranks that report the timeout were waiting in the collective; the rank that never
+    reports it (or is behind in sequence numbers) is the one that did not join, and is
+    named as the first failure.  When every rank timed out in the same collective, the
+    logs cannot tell who is late and the verdict says so."""
+
+    name = "collective-hang"
+
+    def apply(self, ctx: Context) -> None:
+        timeouts = [e for e in ctx.events if e.attrs.get("message_id") == "nccl-watchdog-timeout"]
+        if not timeouts or any(e.kind in (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT, Kind.OOM) for e in ctx.events):
+            return
+        ctx.failure_kind = "nccl-timeout"
+        waited: dict[int, tuple[int, str]] = {}
+        for e in timeouts:
+            if e.rank is not None:
+                waited.setdefault(e.rank, (int(e.attrs["seq"]), e.attrs["op"]))
+        tp = ctx.environment.get("tensor_parallel_size")
+        ranks = {p.rank for p in ctx.processes.processes() if p.role == "worker" and p.rank is not None}
+        if isinstance(tp, int):
+            ranks |= set(range(tp))
+        ranks |= set(waited)
+        seq, op = max(waited.values()) if waited else (None, None)
+        behind = sorted(r for r, (s, _) in waited.items() if s < (seq or 0))
+        silent = sorted(ranks - set(waited))
+        suspects = silent or behind
+        ctx.hang = {"collective": op, "seq": seq, "waited": sorted(waited), "suspects": suspects}
+        first = timeouts[0]
+        waited_text = f"ranks {', '.join(map(str, sorted(waited)))} timed out waiting in {op} SeqNum={seq}"
+        if len(suspects) == 1:
+            rank = suspects[0]
+            why = "never reported that collective" if silent else "was behind in collective sequence numbers"
+            what = f"rank {rank} never joined {op} SeqNum={seq}"
+            ctx.first_failure = FirstFailure(rank, ctx.processes.pid_of_rank(rank), first.time,
+                                             f"{waited_text}; rank {rank} {why}: it is the one that did not "
+                                             f"join (hung or dead before it)", what)
+        else:
+            what = f"collective timeout in {op} SeqNum={seq}"
+            ctx.first_failure = FirstFailure(None, None, first.time,
+                                             f"{waited_text}; the logs cannot tell which rank is late"
+                                             + (f" (candidates: {', '.join(map(str, suspects))})" if suspects else ""),
+                                             what)
+        ctx.explain(self, f"Hang: {waited_text}; suspected late rank(s): {', '.join(map(str, suspects)) or 'unknown'}.")
+
+
 class FirstFailureRule(Rule):
     """Decides which rank failed first.  The origin, when known, wins.  Otherwise the
     earliest failure of a process's *own* (CUDA error, device assert, OOM, fatal signal,
@@ -24,6 +70,8 @@ class FirstFailureRule(Rule):
     name = "first-failure"
 
     def apply(self, ctx: Context) -> None:
+        if ctx.first_failure is not None:
+            return          # decided by a more specific rule (collective hang)
         if ctx.origin is not None:
             ctx.first_failure = FirstFailure(ctx.origin.rank, ctx.origin.pid, _time_of_pid(ctx, ctx.origin.pid),
                                              f"origin evidence: {ctx.origin.fault} in {ctx.origin.kernel}",
@@ -42,13 +90,19 @@ class FirstFailureRule(Rule):
         if not candidates:
             ctx.explain(self, "No process shows a failure of its own; first failure unknown.")
             return
-        earliest = min(candidates, key=lambda c: (c[0].time is None, c[0].time, _weight(c[0])))
+        key = lambda c: (c[0].time is None, c[0].time, _weight(c[0]))  # noqa: E731
+        earliest = min(candidates, key=key)
         event, pid, rank, what = earliest
-        others = sorted({c[2] for c in candidates if c[2] is not None and c[2] != rank})
+        tied = sorted({c[2] for c in candidates if key(c) == key(earliest) and c[2] is not None and c[2] != rank})
+        others = sorted({c[2] for c in candidates if c[2] is not None and c[2] != rank} - set(tied))
         basis = f"earliest failure of its own ({what}) at {event.where}"
+        if tied:
+            # one-second stamps: equal times say nothing about order
+            basis += (f"; ranks {', '.join(map(str, tied))} reported the same within the same second, so "
+                      f"rank {rank} is first only in log order - not evidence that it faulted first")
         if others:
-            basis += f"; ranks {', '.join(map(str, others))} failed later or only as collateral"
-        else:
+            basis += f"; ranks {', '.join(map(str, others))} failed later"
+        if not tied and not others:
             basis += "; no other rank failed on its own"
         ctx.first_failure = FirstFailure(rank, pid, event.time, basis, what)
         if ctx.failure_kind is None:
@@ -68,7 +122,8 @@ class RankStatuses(Rule):
     def apply(self, ctx: Context) -> None:
         exit_codes = _exit_codes(ctx)
         for info in ctx.processes.processes():
-            mine = [e for e in ctx.events if e.pid == info.pid]
+            mine = [e for e in ctx.events if e.pid == info.pid or
+                    (e.pid is None and info.role == "worker" and info.rank is not None and e.rank == info.rank)]
             verdict = RankVerdict(pid=info.pid, rank=info.rank, role=info.role or "unknown",
                                   name=info.name, exit_code=exit_codes.get(info.pid))
             first_bad = next((e for e in mine if e.kind in PRIMARY + COLLATERAL + (Kind.WORKER_EXCEPTION,)
@@ -82,7 +137,14 @@ class RankStatuses(Rule):
             killed = _killed(ctx)
             origin_pid = ctx.origin.pid if ctx.origin else None
             nonzero_exit = verdict.exit_code not in (None, 0)
-            if ctx.first_failure is None and ctx.error is None and not own and not nonzero_exit:
+            hang = ctx.hang
+            if hang and info.role == "worker" and info.rank in hang["suspects"]:
+                verdict.status = "unknown"
+                verdict.failure = f"never joined {hang['collective']} SeqNum={hang['seq']}: suspected hung or dead rank"
+            elif hang and info.role == "worker" and info.rank in hang["waited"]:
+                verdict.status = "collateral"
+                verdict.failure = f"timed out waiting for a peer in {hang['collective']} SeqNum={hang['seq']}"
+            elif ctx.first_failure is None and ctx.error is None and not own and not nonzero_exit:
                 # Nothing failed: parent-exited and shutdown lines are an orderly stop.
                 verdict.status = "healthy" if mine else "unknown"
             elif origin_pid is not None and info.pid == origin_pid:
