@@ -38,9 +38,11 @@ def main() -> None:
 @click.option("--explain", is_flag=True, help="Show how each rule reached its conclusion.")
 @click.option("--timeline-limit", type=int, default=400, show_default=True,
               help="Most timeline entries in the JSON report (0: all).")
+@click.option("--kb", "kb_dirs", multiple=True, type=click.Path(),
+              help="A folder of extra known-issue entries (*.toml); may be repeated.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks of internal errors.")
 def analyze(paths: tuple[str, ...], fmt: str, output: str | None, explain: bool,
-            timeline_limit: int, debug: bool) -> None:
+            timeline_limit: int, kb_dirs: tuple[str, ...], debug: bool) -> None:
     """Analyse crash evidence: directories (recursively), files, or - for stdin.
 
     \b
@@ -54,8 +56,11 @@ def analyze(paths: tuple[str, ...], fmt: str, output: str | None, explain: bool,
         raise click.UsageError(f"nothing to analyse: {', '.join(missing)} does not exist. "
                                "Give a folder or files collected from the crashed server.")
     from forensics.case import analyze as run_analysis
+    from forensics.kb import KnowledgeBaseError
     try:
-        case = run_analysis(*paths)
+        case = run_analysis(*paths, kb_dirs=list(kb_dirs))
+    except KnowledgeBaseError as exc:
+        raise click.UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001
         if debug:
             raise
@@ -73,6 +78,36 @@ def analyze(paths: tuple[str, ...], fmt: str, output: str | None, explain: bool,
     finally:
         if output:
             out.close()
+
+
+@main.command()
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+@click.option("--kb", "kb_dirs", multiple=True, type=click.Path(), help="Extra known-issue folders.")
+def compare(runs: tuple[str, ...], fmt: str, kb_dirs: tuple[str, ...]) -> None:
+    """Compare several crash bundles: restarts of one server, or before/after an upgrade.
+
+    \b
+    Groups the runs by crash signature, lists the environment fields that differ and
+    says how often each signature reproduced.
+    Example:
+      forensics compare crash-1/ crash-2/ crash-3/ after-upgrade/
+    """
+    missing = [r for r in runs if not Path(r).exists()]
+    if missing:
+        raise click.UsageError(f"{', '.join(missing)} does not exist; give one folder (or file) per run.")
+    from forensics.compare import compare as run_compare
+    from forensics.kb import KnowledgeBaseError
+    try:
+        result = run_compare(list(runs), kb_dirs=list(kb_dirs))
+    except KnowledgeBaseError as exc:
+        raise click.UsageError(str(exc)) from None
+    if fmt == "json":
+        import json
+        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
+        return
+    from forensics.report.terminal import render_comparison
+    render_comparison(result, Console(width=_width(sys.stdout)))
 
 
 def _width(stream) -> int | None:

@@ -183,6 +183,36 @@ def _sources_table(case: "Case") -> Table:
     return table
 
 
+def render_comparison(result, console: Console) -> None:
+    table = Table(title="Runs", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("run", overflow="fold")
+    table.add_column("group", justify="right")
+    table.add_column("signature", no_wrap=True)
+    table.add_column("fault | kernel or site | phase", overflow="fold")
+    group_of = {}
+    for n, (signature, runs) in enumerate(result.groups(), 1):
+        for run in runs:
+            group_of[run.name] = n
+    for run in result.runs:
+        short = run.name.rstrip("/").rsplit("/", 1)[-1]
+        table.add_row(Text(short), str(group_of[run.name]),
+                      Text((run.signature or "-").replace("forensics.sig/1:", "")), Text(run.parts))
+    console.print(table)
+    for line in result.reproduction():
+        console.print(Text(line, style="bold"))
+    diffs = result.differing_environment()
+    if diffs:
+        env = Table(title="Environment that differs", title_justify="left", box=box.SIMPLE_HEAD)
+        env.add_column("field", style="cyan")
+        for run in result.runs:
+            env.add_column(Text(run.name.rstrip("/").rsplit("/", 1)[-1]), overflow="fold")
+        for key, values in diffs.items():
+            env.add_row(key, *[Text("-" if v is None else str(v)) for v in values])
+        console.print(env)
+    else:
+        console.print(Text("No environment field differs between the runs.", style="dim"))
+
+
 def shell_wrap(command: str, width: int, indent: str = "") -> str:
     """A long command split at spaces into backslash-continued lines: still pastes."""
     lines, current = [], indent
