@@ -108,9 +108,10 @@ def fault_class(text: str) -> str:
 
 def normalise_kernel(name: str) -> str:
     """Kernel name without template arguments, parameter lists, hashes or offsets."""
+    name = re.sub(r"<<<[^>]*>>>", "", name)   # launch configuration, before template arguments
     depth, kept = 0, []
     for ch in name:                       # template arguments may nest: balance brackets
-        if ch == "<" and not name[len(kept):].startswith("<<<"):
+        if ch == "<":
             depth += 1
             continue
         if ch == ">" and depth:
