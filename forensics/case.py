@@ -73,12 +73,20 @@ class Case:
     def verdict(self) -> dict:
         return self.to_dict()["verdict"]
 
-    def to_dict(self, timeline_limit: int | None = 400) -> dict:
+    def to_dict(self, timeline_limit: int | None = 400, redact: bool = False) -> dict:
         from forensics.report.json_report import build
-        return build(self, timeline_limit=timeline_limit)
+        report = build(self, timeline_limit=timeline_limit)
+        if redact:
+            from forensics.redact import Redactor
+            redactor = Redactor()
+            report = redactor.data(report)
+            report["redaction"] = {"enabled": True, "counts": redactor.summary()}
+        else:
+            report["redaction"] = {"enabled": False, "counts": {}}
+        return report
 
-    def to_json(self, indent: int | None = 2, timeline_limit: int | None = 400) -> str:
-        return json.dumps(self.to_dict(timeline_limit), indent=indent, default=str)
+    def to_json(self, indent: int | None = 2, timeline_limit: int | None = 400, redact: bool = False) -> str:
+        return json.dumps(self.to_dict(timeline_limit, redact), indent=indent, default=str)
 
 
 def parse_source(source: Source, parsers: dict[str, Any]) -> ParsedSource:

@@ -31,8 +31,11 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal",
-              show_default=True, help="Report format.")
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "markdown"]), default="terminal",
+              show_default=True, help="Report format (markdown: ready to paste into a GitHub issue).")
+@click.option("--redact/--no-redact", default=None,
+              help="Redact secrets, hosts, IPs, user names and request contents. "
+                   "Default: on for markdown, off for terminal and json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
               help="Write the report to this file instead of stdout.")
 @click.option("--explain", is_flag=True, help="Show how each rule reached its conclusion.")
@@ -41,7 +44,7 @@ def main() -> None:
 @click.option("--kb", "kb_dirs", multiple=True, type=click.Path(),
               help="A folder of extra known-issue entries (*.toml); may be repeated.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks of internal errors.")
-def analyze(paths: tuple[str, ...], fmt: str, output: str | None, explain: bool,
+def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str | None, explain: bool,
             timeline_limit: int, kb_dirs: tuple[str, ...], debug: bool) -> None:
     """Analyse crash evidence: directories (recursively), files, or - for stdin.
 
@@ -69,8 +72,13 @@ def analyze(paths: tuple[str, ...], fmt: str, output: str | None, explain: bool,
         sys.exit(EXIT_INTERNAL)
     out = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     try:
+        if redact is None:
+            redact = fmt == "markdown"
         if fmt == "json":
-            out.write(case.to_json(timeline_limit=timeline_limit or None) + "\n")
+            out.write(case.to_json(timeline_limit=timeline_limit or None, redact=redact) + "\n")
+        elif fmt == "markdown":
+            from forensics.report.markdown import render as render_markdown
+            out.write(render_markdown(case, redact=redact))
         else:
             from forensics.report.terminal import render
             console = Console(file=out, width=_width(out)) if output else Console(width=_width(out))

@@ -1,0 +1,62 @@
+"""Redaction for reports that leave the machine (knowledge in data/redaction.toml).
+
+One ``Redactor`` per report: the same secret, host or user always gets the same
+stand-in, so that lanes and correlations in the report still line up.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any
+
+from forensics import knowledge
+
+
+class Redactor:
+    def __init__(self) -> None:
+        self.counts: Counter = Counter()
+        self._pseudonyms: dict[tuple[str, str], str] = {}
+        self._rules = [(r["kind"], re.compile(r["pattern"]), r["replace"])
+                       for r in knowledge.load("redaction")["rule"]]
+
+    def text(self, value: str) -> str:
+        for kind, pattern, replace in self._rules:
+            value = pattern.sub(lambda m, k=kind, r=replace: self._replace(k, r, m), value)
+        return value
+
+    def data(self, value: Any) -> Any:
+        """Every string inside a JSON-like structure, redacted."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {k: self.data(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.data(v) for v in value]
+        return value
+
+    def _replace(self, kind: str, replace: str, match: re.Match) -> str:
+        self.counts[kind] += 1
+        if replace.startswith("pseudonym-group:"):
+            prefix = replace.split(":", 1)[1]
+            groups = [g for g in match.groups()]
+            # (kept, secret) pairs: the first non-empty pair wins
+            for i in range(0, len(groups) - 1, 2):
+                kept, secret = groups[i], groups[i + 1]
+                if secret:
+                    return (kept or "") + self._pseudonym(kind, secret, prefix)
+            return match.group(0)
+        if replace.startswith("pseudonym:"):
+            return self._pseudonym(kind, match.group(0), replace.split(":", 1)[1])
+        return match.expand(replace)
+
+    def _pseudonym(self, kind: str, secret: str, prefix: str) -> str:
+        key = (kind, secret)
+        if key not in self._pseudonyms:
+            n = sum(1 for k in self._pseudonyms if k[0] == kind) + 1
+            self._pseudonyms[key] = f"{prefix.replace('#', '')}{n}" if "#" not in prefix else \
+                prefix.replace("#", "") .replace("@", f"{n}@", 1)
+        return self._pseudonyms[key]
+
+    def summary(self) -> dict[str, int]:
+        return dict(sorted(self.counts.items()))
