@@ -31,11 +31,12 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "markdown"]), default="terminal",
-              show_default=True, help="Report format (markdown: ready to paste into a GitHub issue).")
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "markdown", "html"]), default="terminal",
+              show_default=True, help="Report format (markdown: ready to paste into a GitHub issue; "
+                                      "html: one self-contained page with an interactive timeline).")
 @click.option("--redact/--no-redact", default=None,
               help="Redact secrets, hosts, IPs, user names and request contents. "
-                   "Default: on for markdown, off for terminal and json.")
+                   "Default: on for markdown and html, off for terminal and json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
               help="Write the report to this file instead of stdout.")
 @click.option("--explain", is_flag=True, help="Show how each rule reached its conclusion.")
@@ -73,12 +74,15 @@ def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str |
     out = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
     try:
         if redact is None:
-            redact = fmt == "markdown"
+            redact = fmt in ("markdown", "html")
         if fmt == "json":
             out.write(case.to_json(timeline_limit=timeline_limit or None, redact=redact) + "\n")
         elif fmt == "markdown":
             from forensics.report.markdown import render as render_markdown
             out.write(render_markdown(case, redact=redact))
+        elif fmt == "html":
+            from forensics.report.html import render as render_html
+            out.write(render_html(case, redact=redact))
         else:
             from forensics.report.terminal import render
             console = Console(file=out, width=_width(out)) if output else Console(width=_width(out))
@@ -116,6 +120,65 @@ def compare(runs: tuple[str, ...], fmt: str, kb_dirs: tuple[str, ...]) -> None:
         return
     from forensics.report.terminal import render_comparison
     render_comparison(result, Console(width=_width(sys.stdout)))
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--rank", "ranks", multiple=True, type=int, help="Only these ranks (repeatable).")
+@click.option("--kind", "kinds", multiple=True, help="Only these event kinds (repeatable), e.g. cuda-error.")
+@click.option("--severity", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
+              help="Only events at or above this severity.")
+@click.option("--since", help="Only events at or after this time (ISO, e.g. 2026-12-02T10:42:36).")
+@click.option("--until", help="Only events at or before this time.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the filtered timeline as CSV.")
+@click.option("--jsonl", "jsonl_path", type=click.Path(dir_okay=False), help="Write it as JSON lines.")
+@click.option("--parquet", "parquet_path", type=click.Path(dir_okay=False),
+              help="Write it as Parquet (needs pyarrow).")
+@click.option("--limit", type=int, default=200, show_default=True, help="Rows shown in the terminal (0: all).")
+def timeline(paths, ranks, kinds, severity, since, until, csv_path, jsonl_path, parquet_path, limit) -> None:
+    """The merged per-rank timeline of every input, filtered; or exported for pandas.
+
+    \b
+    Examples:
+      forensics timeline logs/ --rank 2 --severity ERROR
+      forensics timeline logs/ --kind cuda-error --kind xid
+      forensics timeline logs/ --since 2026-12-02T10:42:36 --csv timeline.csv
+    """
+    import pandas as pd
+
+    from forensics.case import analyze as run_analysis
+    missing = [p for p in paths if p != "-" and not Path(p).exists()]
+    if missing and len(missing) == len(paths):
+        raise click.UsageError(f"nothing to read: {', '.join(missing)} does not exist.")
+    frame = run_analysis(*paths).timeline
+    levels = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+    if ranks:
+        frame = frame[frame["rank"].isin(ranks)]
+    if kinds:
+        frame = frame[frame["kind"].isin(kinds)]
+    if severity:
+        frame = frame[frame["severity"].map(levels.index) >= levels.index(severity.upper())]
+    for bound, keep in ((since, lambda t, b: t >= b), (until, lambda t, b: t <= b)):
+        if bound:
+            try:
+                when = pd.Timestamp(bound)
+            except ValueError:
+                raise click.BadParameter(f"{bound!r} is not a time; use ISO form like 2026-12-02T10:42:36") from None
+            frame = frame[keep(frame["time"], when)]
+    if csv_path:
+        frame.to_csv(csv_path, index=False)
+    if jsonl_path:
+        frame.to_json(jsonl_path, orient="records", lines=True, date_format="iso")
+    if parquet_path:
+        try:
+            frame.to_parquet(parquet_path, index=False)
+        except ImportError:
+            raise click.UsageError("--parquet needs pyarrow: pip install pyarrow (or use --csv / --jsonl)") from None
+    if csv_path or jsonl_path or parquet_path:
+        click.echo(f"{len(frame)} events written.", err=True)
+        return
+    from forensics.report.terminal import render_timeline
+    render_timeline(frame, Console(width=_width(sys.stdout)), limit=limit or None)
 
 
 def _width(stream) -> int | None:

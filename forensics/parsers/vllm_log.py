@@ -7,7 +7,7 @@ message catalogue and the traceback assembler.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from lark import Token, Transformer
@@ -111,15 +111,37 @@ class _ToLogLine(Transformer):
 
 
 class LineParser:
-    """Parses envelope of lines; never raises."""
+    """Parses the envelope of lines; never raises.
+
+    The lines of one multi-line record, and bursts from one process in one second, share
+    their whole envelope: an envelope the grammar has parsed once is remembered by its
+    text (up to the "] " that ends it) and reused for the next line that starts with it.
+    """
+
+    CACHE_SIZE = 4096
 
     def __init__(self) -> None:
         self._parser = grammar.load("vllm_log", start=("start", "fallback"))
         self._to_line = _ToLogLine()
+        self._envelopes: dict[str, LogLine] = {}
 
     def parse(self, text: str) -> LogLine:
         if not text:
             return LogLine(message="")
+        end = text.find("] ", 0, 240)
+        head = text[: end + 2] if end > 0 else None
+        if head is not None:
+            known = self._envelopes.get(head)
+            if known is not None:
+                return replace(known, message=text[end + 2:])
+        line = self._parse(text)
+        if head is not None and line.form in ("record", "glog") and line.message == text[end + 2:]:
+            if len(self._envelopes) >= self.CACHE_SIZE:
+                self._envelopes.clear()
+            self._envelopes[head] = replace(line, message="")
+        return line
+
+    def _parse(self, text: str) -> LogLine:
         for start in ("start", "fallback"):
             try:
                 return self._to_line.transform(self._parser.parse(text, start=start))

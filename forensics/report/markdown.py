@@ -20,36 +20,34 @@ if TYPE_CHECKING:
 GITHUB_LIMIT = 65_536
 EVIDENCE_LINES = 40            # lines of context per evidence excerpt
 MERMAID_MAX_MESSAGES = 40
+MAX_CHAIN = 24                 # causal-chain steps shown
+MAX_ROWS = 64                  # process rows shown
 
 
 def render(case: "Case", redact: bool = True, budget: int = GITHUB_LIMIT) -> str:
     redactor = Redactor() if redact else None
-    head = _head(case)
-    evidence = _evidence_blocks(case)
-    tail_note = ""
-    body = head + "".join(evidence)
-    trimmed = 0
-    while len(_finish(body, redactor, case)) > budget - 400 and evidence:
-        evidence.pop()
-        trimmed += 1
-        body = head + "".join(evidence)
-    if trimmed:
-        tail_note = (f"\n> {trimmed} evidence excerpt(s) trimmed to stay under GitHub's {budget:,}-character "
-                     "limit; run `forensics analyze --format json` for everything.\n")
-    text = _finish(body + tail_note, redactor, case)
-    if len(text) > budget:   # the verdict itself is never cut; only the timeline may go
-        text = _finish(head.split("### Timeline")[0] + tail_note, redactor, case)
-    return text
-
-
-def _finish(body: str, redactor: Redactor | None, case: "Case") -> str:
+    clean = redactor.text if redactor else (lambda text: text)
+    head = clean(_head(case))
+    if len(head) > budget - 2000:
+        # the verdict and causal chain come first; only the timeline and tables after it may go
+        head = head[: head.index("### Timeline")] if "### Timeline" in head else head
+        head = head[: budget - 2000] + "\n\n> report head cut to fit GitHub's limit\n"
+    blocks = [clean(b) for b in _evidence_blocks(case)]
+    room = budget - len(head) - 600          # the closing notes
+    kept = []
+    for block in blocks:                     # most important first: keep while they fit
+        if len(block) > room:
+            break
+        kept.append(block)
+        room -= len(block)
+    body = head + "".join(kept)
+    if len(kept) < len(blocks):
+        body += (f"\n> {len(blocks) - len(kept)} evidence excerpt(s) trimmed to stay under GitHub's {budget:,}-"
+                 "character limit; run `forensics analyze --format json` for everything.\n")
     if redactor is None:
         return body + "\n_Redaction: off._\n"
-    fresh = Redactor()              # count once, on the final text
-    text = fresh.text(body)
-    counts = fresh.summary()
-    note = ", ".join(f"{n} {kind}" for kind, n in counts.items()) or "nothing found"
-    return text + f"\n_Redacted before sharing: {note}. Pseudonyms are consistent within this report._\n"
+    counts = ", ".join(f"{n} {kind}" for kind, n in redactor.summary().items()) or "nothing found"
+    return body + f"\n_Redacted before sharing: {counts}. Pseudonyms are consistent within this report._\n"
 
 
 def _head(case: "Case") -> str:
@@ -68,11 +66,21 @@ def _head(case: "Case") -> str:
         out.append("**Origin:** unknown. The frames below only *reported* an earlier asynchronous fault "
                    f"({ctx.error.name} is sticky); no device evidence names the kernel.\n")
     out.append("\n#### Causal chain\n")
-    out.extend(f"{n}. {step}\n" for n, step in enumerate(_chain(case), 1))
+    chain = _chain(case)
+    out.extend(f"{n}. {step}\n" for n, step in enumerate(chain[:MAX_CHAIN], 1))
+    if len(chain) > MAX_CHAIN:
+        out.append(f"{MAX_CHAIN + 1}. ... and {len(chain) - MAX_CHAIN} more (see the processes table and JSON)\n")
     out.append("\n#### Processes\n")
+    verdicts = list(ctx.ranks.values())
     rows = [[_cell(v.rank), str(v.pid), v.role, f"**{v.status}**", _cell(v.exit_code),
-             _cell(v.failure or "")] for v in ctx.ranks.values()]
+             _cell(v.failure or "")] for v in verdicts[:MAX_ROWS]]
     out.append(_table(None, rows, header=("rank", "pid", "role", "status", "exit", "how it went down")))
+    if len(verdicts) > MAX_ROWS:
+        counts = {}
+        for v in verdicts[MAX_ROWS:]:
+            counts[v.status] = counts.get(v.status, 0) + 1
+        out.append(f"\n... {len(verdicts) - MAX_ROWS} more processes: "
+                   + ", ".join(f"{n} {s}" for s, n in counts.items()) + "\n")
     if ctx.checklist:
         out.append("\n#### Incident checklist\n")
         marks = {"pass": "✅ pass", "fail": "❌ fail", "unknown": "❔ unknown"}

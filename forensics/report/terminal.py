@@ -183,6 +183,25 @@ def _sources_table(case: "Case") -> Table:
     return table
 
 
+def render_timeline(frame, console: Console, limit: int | None = 200) -> None:
+    shown = frame if limit is None else frame.head(limit)
+    table = Table(title=f"Timeline ({len(frame)} events)", title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("time", no_wrap=True)
+    table.add_column("rank", justify="right")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("sev", no_wrap=True)
+    table.add_column("what", overflow="fold")
+    for row in shown.itertuples(index=False):
+        when = "-" if row.time is None or str(row.time) == "NaT" else row.time.strftime("%H:%M:%S")
+        rank = "-" if str(row.rank) in ("<NA>", "nan", "None") else str(row.rank)
+        table.add_row(when, rank, row.kind, row.severity[:4],
+                      Text.assemble(str(row.message)[:120], (f" [{row.source}:{row.line}]", "dim")))
+    console.print(table)
+    if limit is not None and len(frame) > limit:
+        console.print(Text(f"... {len(frame) - limit} more; --limit 0 shows all, --csv/--jsonl export them",
+                           style="dim"))
+
+
 def render_comparison(result, console: Console) -> None:
     table = Table(title="Runs", title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("run", overflow="fold")
