@@ -103,11 +103,11 @@ def _ranks_table(case: "Case") -> Table:
     table.add_column("role")
     table.add_column("status")
     table.add_column("exit", justify="right")
-    table.add_column("first error / how it went down", overflow="fold")
+    table.add_column("how it went down [first error]", overflow="fold")
     for v in case.context.ranks.values():
-        detail = v.failure or ""
-        if v.first_error and v.status != "healthy":
-            detail = f"{detail}\n{v.first_error[:90]} [{v.first_error_source}]".strip()
+        detail = v.failure or (v.first_error or "")[:90]
+        if v.first_error_source and v.status != "healthy":
+            detail = f"{detail} [{v.first_error_source}]".strip()
         table.add_row(_r(v.rank), str(v.pid), Text(v.role), Text(v.status, style=STATUS_STYLE.get(v.status, "")),
                       "" if v.exit_code is None else str(v.exit_code), Text(detail))
     return table
