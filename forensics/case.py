@@ -112,13 +112,19 @@ def parse_source(source: Source, parsers: dict[str, Any]) -> ParsedSource:
     return parsed
 
 
-def analyze(*paths: str, kb_dirs: list[str] | None = None) -> Case:
+def analyze(*paths: str, kb_dirs: list[str] | None = None,
+            on_source: Callable[[Source, ParsedSource], None] | None = None) -> Case:
     """Analyse files, directories (recursively) or ``-`` (stdin); returns a Case.
 
-    ``kb_dirs``: folders of extra known-issue entries (``--kb``), added to the built-in ones."""
+    ``kb_dirs``: folders of extra known-issue entries (``--kb``), added to the built-in ones.
+    ``on_source``: called after each input is parsed (progress display)."""
     flat = [p for group in paths for p in ([group] if isinstance(group, str) else list(group))]
     parsers: dict[str, Any] = {}
-    parsed = [parse_source(source, parsers) for source in discover([str(p) for p in flat])]
+    parsed = []
+    for source in discover([str(p) for p in flat]):
+        parsed.append(parse_source(source, parsers))
+        if on_source is not None:
+            on_source(source, parsed[-1])
     events = timeline.order([p.events for p in parsed])
     table = timeline.ProcessTable.learn(events)
     events = [table.resolve(e) for e in events]

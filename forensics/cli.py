@@ -6,6 +6,7 @@ read), 1 unexpected internal error (with --debug, the traceback).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -44,9 +45,12 @@ def main() -> None:
               help="Most timeline entries in the JSON report (0: all).")
 @click.option("--kb", "kb_dirs", multiple=True, type=click.Path(),
               help="A folder of extra known-issue entries (*.toml); may be repeated.")
+@click.option("-q", "--quiet", is_flag=True, help="Terminal: the verdict only; no progress bar.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Terminal: also how each rule decided and samples of unparsed lines.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks of internal errors.")
 def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str | None, explain: bool,
-            timeline_limit: int, kb_dirs: tuple[str, ...], debug: bool) -> None:
+            timeline_limit: int, kb_dirs: tuple[str, ...], quiet: bool, verbose: bool, debug: bool) -> None:
     """Analyse crash evidence: directories (recursively), files, or - for stdin.
 
     \b
@@ -62,7 +66,8 @@ def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str |
     from forensics.case import analyze as run_analysis
     from forensics.kb import KnowledgeBaseError
     try:
-        case = run_analysis(*paths, kb_dirs=list(kb_dirs))
+        with _progress(paths, enabled=not quiet) as on_source:
+            case = run_analysis(*paths, kb_dirs=list(kb_dirs), on_source=on_source)
     except KnowledgeBaseError as exc:
         raise click.UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001
@@ -86,7 +91,7 @@ def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str |
         else:
             from forensics.report.terminal import render
             console = Console(file=out, width=_width(out)) if output else Console(width=_width(out))
-            render(case, console, explain=explain)
+            render(case, console, explain=explain or verbose, quiet=quiet, verbose=verbose)
     finally:
         if output:
             out.close()
@@ -179,6 +184,54 @@ def timeline(paths, ranks, kinds, severity, since, until, csv_path, jsonl_path, 
         return
     from forensics.report.terminal import render_timeline
     render_timeline(frame, Console(width=_width(sys.stdout)), limit=limit or None)
+
+
+PROGRESS_MIN_BYTES = 20 * 1024 * 1024
+
+
+@contextlib.contextmanager
+def _progress(paths, enabled: bool):
+    """A progress bar on stderr for large inputs, only when stderr is a terminal."""
+    total = _input_bytes(paths)
+    if not enabled or total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("reading", total=total)
+
+        def advance(source, parsed):
+            progress.update(task, advance=source.size or 0, description=f"reading {source.relpath[-40:]}")
+        yield advance
+
+
+def _input_bytes(paths) -> int:
+    total = 0
+    for given in paths:
+        path = Path(given)
+        try:
+            if path.is_file():
+                total += path.stat().st_size
+            elif path.is_dir():
+                total += sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+        except OSError:
+            continue
+    return total
+
+
+@main.command()
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion(shell: str) -> None:
+    """Print the shell-completion script.
+
+    \b
+    Example (bash):
+      eval "$(forensics completion bash)"
+    """
+    from click.shell_completion import get_completion_class
+    cls = get_completion_class(shell)
+    click.echo(cls(main, {}, "forensics", "_FORENSICS_COMPLETE").source())
 
 
 def _width(stream) -> int | None:

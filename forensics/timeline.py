@@ -126,13 +126,15 @@ def order(events_by_source: list[list[Event]]) -> list[Event]:
     """All events in one order: time, then source position; per-stream order kept."""
     keyed = []
     for file_index, events in enumerate(events_by_source):
-        running: datetime | None = None
+        running: dict = {}          # per stream: one process's lines in one file
         for event in events:
-            if event.time is not None and (running is None or event.time > running):
-                running = event.time
+            stream = event.pid if event.pid is not None else event.process
+            last = running.get(stream)
+            if event.time is not None and (last is None or event.time > last):
+                running[stream] = last = event.time
             # A file with no stamps at all (exit codes, an HTTP reply, dmesg uptimes) was
             # written after the fact: it goes after everything that has a time.
-            keyed.append(((running or datetime.max), file_index, event.seq, event))
+            keyed.append(((last or datetime.max), file_index, event.seq, event))
     keyed.sort(key=lambda k: k[:3])
     return [k[3] for k in keyed]
 

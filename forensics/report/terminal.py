@@ -26,9 +26,12 @@ STATUS_STYLE = {"origin": "bold red", "surfaced": "red", "collateral": "yellow",
                 "healthy": "green", "unknown": "dim"}
 
 
-def render(case: "Case", console: Console, explain: bool = False, timeline_rows: int = 14) -> None:
+def render(case: "Case", console: Console, explain: bool = False, timeline_rows: int = 14,
+           quiet: bool = False, verbose: bool = False) -> None:
     ctx = case.context
     console.print(_verdict_panel(case))
+    if quiet:
+        return
     if explain and ctx.explanations:
         table = Table(box=box.SIMPLE, show_header=True, title="How the rules decided", title_justify="left")
         table.add_column("rule", style="cyan", no_wrap=True)
@@ -52,7 +55,7 @@ def render(case: "Case", console: Console, explain: bool = False, timeline_rows:
             console.print(Text(f" {n}. {why}", style="bold") if why else Text(f" {n}."))
             console.print(Text(shell_wrap(command, console.width - 6, indent="    "), style="cyan"),
                           soft_wrap=True)
-    console.print(_sources_table(case))
+    console.print(_sources_table(case, verbose))
     if ctx.signature:
         console.print(Text(f"signature: {ctx.signature}", style="dim"))
 
@@ -169,7 +172,7 @@ def _environment_table(case: "Case") -> Table:
     return table
 
 
-def _sources_table(case: "Case") -> Table:
+def _sources_table(case: "Case", verbose: bool = False) -> Table:
     table = Table(title="Inputs", title_justify="left", box=box.SIMPLE_HEAD)
     table.add_column("file", overflow="fold")
     table.add_column("kind")
@@ -180,6 +183,9 @@ def _sources_table(case: "Case") -> Table:
         table.add_row(Text(s.relpath), s.kind, _n(s.lines), str(len(s.events)), _n(s.unparsed_lines))
         for problem in s.problems:
             table.add_row(Text(f"  ! {problem}", style="yellow"), "", "", "", "")
+        if verbose:
+            for lineno, text in s.unparsed_samples:
+                table.add_row(Text(f"  ? {lineno}: {text[:70]}", style="dim"), "", "", "", "")
     return table
 
 
