@@ -126,9 +126,11 @@ def analyze(*paths: str, kb_dirs: list[str] | None = None,
         if on_source is not None:
             on_source(source, parsed[-1])
     events = timeline.order([p.events for p in parsed])
-    table = timeline.ProcessTable.learn(events)
+    current = [e for e in events if not e.attrs.get("earlier_run")]
+    table = timeline.ProcessTable.learn(current)
     events = [table.resolve(e) for e in events]
+    current = [e for e in events if not e.attrs.get("earlier_run")]
     tool_sources = {p.relpath for p in parsed if p.kind in TOOL_KINDS}
     entries = kb.load_dirs(kb_dirs) if kb_dirs else None
-    ctx = rules.run(Context(events=events, processes=table, tool_sources=tool_sources, kb_entries=entries))
+    ctx = rules.run(Context(events=current, processes=table, tool_sources=tool_sources, kb_entries=entries))
     return Case(sources=parsed, events=events, context=ctx, timeline=timeline.dataframe(events))

@@ -12,10 +12,10 @@ import io
 import lzma
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import BinaryIO, Callable, Iterator
 
 SNIFF_BYTES = 64 * 1024
 MAX_LINE_BYTES = 1 << 20          # longer lines are cut; the cut is counted as a problem
@@ -44,10 +44,19 @@ class Source:
     compression: str | None = None
     problems: tuple[str, ...] = ()
     data: bytes | None = None    # stdin content (small by nature of a pipe paste)
+    opener: Callable[[], BinaryIO] | None = field(default=None, compare=False, repr=False)
+                                 # an archive member's stream (read once, in order)
+
+    @property
+    def is_plain_file(self) -> bool:
+        """A file on disk read as it is (seekable; no decompression, no archive)."""
+        return self.path is not None and self.data is None and self.opener is None and not self.compression
 
     def open_binary(self) -> BinaryIO:
-        if self.data is not None:
-            raw: BinaryIO = io.BytesIO(self.data)
+        if self.opener is not None:
+            raw: BinaryIO = self.opener()
+        elif self.data is not None:
+            raw = io.BytesIO(self.data)
         else:
             raw = open(self.path, "rb")  # noqa: SIM115 - caller closes
         if self.compression:
@@ -56,8 +65,24 @@ class Source:
         return raw
 
 
+MAX_FILES = 10_000       # more inputs than this: the rest is listed as not read
+
+
 def discover(paths: list[str]) -> Iterator[Source]:
-    """Every input under ``paths`` (directories recursively, files, ``-`` for stdin)."""
+    """Every input under ``paths`` (directories recursively, files, ``-`` for stdin), at
+    most MAX_FILES of them (a folder of 100,000 files is a mistake worth saying so)."""
+    count = 0
+    for source in _discover(paths):
+        count += 1
+        if count > MAX_FILES:
+            yield Source("...", None, "unknown",
+                         problems=(f"more than {MAX_FILES:,} input files: the rest were not read; "
+                                   "point forensics at the folder of the crashed server's logs",))
+            return
+        yield source
+
+
+def _discover(paths: list[str]) -> Iterator[Source]:
     for given in paths:
         if given == "-":
             yield _stdin_source()
@@ -70,7 +95,17 @@ def discover(paths: list[str]) -> Iterator[Source]:
         if path.is_dir():
             yield from _walk(path)
         else:
-            yield sniff(path, path.name)
+            yield from _expand(sniff(path, path.name))
+
+
+def _expand(source: Source) -> Iterator[Source]:
+    """A source as it is, or, for an archive, its members (read as streams, never
+    extracted to disk)."""
+    if source.kind.startswith("archive-"):
+        from forensics.archives import members
+        yield from members(source)
+    else:
+        yield source
 
 
 def _walk(root: Path) -> Iterator[Source]:
@@ -89,12 +124,16 @@ def _walk(root: Path) -> Iterator[Source]:
         for name in sorted(filenames):
             full = Path(dirpath) / name
             rel = full.relative_to(root).as_posix()
-            yield sniff(full, rel)
+            yield from _expand(sniff(full, rel))
 
 
 def _stdin_source() -> Source:
     data = sys.stdin.buffer.read()
-    return _classify(STDIN_NAME, None, data[:SNIFF_BYTES], size=len(data), mtime=None, data=data)
+    source = _classify(STDIN_NAME, None, data[:SNIFF_BYTES], size=len(data), mtime=None, data=data)
+    if source.kind.startswith("archive-"):
+        return Source(STDIN_NAME, None, "unknown", problems=(f"{STDIN_NAME}: an archive on stdin; "
+                                                               "give its path instead",))
+    return source
 
 
 def sniff(path: Path, relpath: str) -> Source:
@@ -117,21 +156,44 @@ def sniff(path: Path, relpath: str) -> Source:
                      mtime=datetime.fromtimestamp(st.st_mtime))
 
 
+def classify(relpath: str, path: Path | None, head: bytes, *, size: int | None,
+             mtime: datetime | None, data: bytes | None = None,
+             opener: Callable[[], BinaryIO] | None = None) -> Source:
+    """A source from its first bytes (``opener``: how to read an archive member)."""
+    return _classify(relpath, path, head, size=size, mtime=mtime, data=data, opener=opener)
+
+
 def _classify(relpath: str, path: Path | None, head: bytes, *, size: int | None,
-              mtime: datetime | None, data: bytes | None = None) -> Source:
+              mtime: datetime | None, data: bytes | None = None,
+              opener: Callable[[], BinaryIO] | None = None) -> Source:
     compression = None
+    opener_of_member = opener
     for magic, (name, opener) in _COMPRESSED.items():
         if head.startswith(magic):
             compression = name
             try:
-                stream = opener(io.BytesIO(data if data is not None else _read_more(path)))
-                head = stream.read(SNIFF_BYTES)
-            except (OSError, EOFError, lzma.LZMAError) as exc:
+                raw = head if opener_of_member else (data if data is not None else _read_more(path))
+                head = _peek(opener(io.BytesIO(raw)))
+            except (OSError, lzma.LZMAError) as exc:
                 return Source(relpath, path, "unknown", size, mtime, name,
-                              (f"{relpath}: corrupt {name} stream ({exc})",), data)
+                              (f"{relpath}: corrupt {name} stream ({exc})",), data, opener_of_member)
             break
     kind, problems = _kind_of(relpath, head)
-    return Source(relpath, path, kind, size, mtime, compression, problems, data)
+    return Source(relpath, path, kind, size, mtime, compression, problems, data, opener_of_member)
+
+
+def _peek(stream) -> bytes:
+    """Up to SNIFF_BYTES decompressed from the start of a (possibly cut) stream."""
+    out = bytearray()
+    try:
+        while len(out) < SNIFF_BYTES:
+            chunk = stream.read(4096)
+            if not chunk:
+                break
+            out += chunk
+    except EOFError:
+        pass        # we only had the start of the stream: what decoded so far is enough
+    return bytes(out[:SNIFF_BYTES])
 
 
 def _read_more(path: Path | None) -> bytes:
@@ -155,9 +217,13 @@ def _kind_of(relpath: str, head: bytes) -> tuple[str, tuple[str, ...]]:
         if e_type == ET_CORE:
             return "elf-core", ()
         return "unknown", (f"{relpath}: ELF file that is not a core dump (type {e_type}); skipped",)
-    if head.startswith((b"PK\x03\x04", b"\x28\xb5\x2f\xfd")) or head[257:262] == b"ustar":
-        return "unknown", (f"{relpath}: archive or zstd stream; extract it first "
-                           "(archive reading is not supported yet)",)
+    if head.startswith(b"PK\x03\x04"):
+        return "archive-zip", ()
+    if head[257:262] == b"ustar":
+        return "archive-tar", ()
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        return "unknown", (f"{relpath}: zstd-compressed; decompress it first (zstd -d) - "
+                           "zstd reading is not supported yet",)
     text = head.decode("utf-8", errors="replace")
     if _looks_binary(text):
         return "unknown", (f"{relpath}: binary data of unknown format; skipped",)

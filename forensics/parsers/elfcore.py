@@ -57,7 +57,7 @@ def open_seekable(source: Source) -> Iterator[tuple[BinaryIO, int]]:
     are decompressed into a spooled temporary file: in memory while small, on disk
     beyond ``SPOOL_IN_MEMORY``, so a multi-GB dump never has to fit in RAM.
     """
-    if not source.compression and source.data is None:
+    if source.is_plain_file:
         if source.path is None:
             raise CoreDumpError("the core dump has neither a path nor data")
         with open(source.path, "rb") as fh:

@@ -163,6 +163,7 @@ class SanitizerAssembler:
         self.session: dict[str, list[str]] = {}
         self.summary: list[str] = []
         self.unparsed: list[tuple[int, str]] = []
+        self.problems: list[str] = []
         self.report_lines = 0      # lines of findings and summaries (become events)
         self.noise_lines = 0       # bare markers and the session header block
 
@@ -180,6 +181,9 @@ class SanitizerAssembler:
 
     def flush(self) -> None:
         self._close()
+        if (self.session or self.findings) and not any("SUMMARY" in s for s in self.summary):
+            self.problems.append("compute-sanitizer output ends before its ERROR SUMMARY: cut short "
+                                 "(the findings before the cut are used; counts may be incomplete)")
 
     def _close(self) -> None:
         if not self.current:

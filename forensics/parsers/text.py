@@ -92,6 +92,9 @@ class TextLogParser:
                     continue
                 out.event_lines += len(block.lines)
                 forms["traceback"] += 1
+                if chain[-1].type == tb.CUT_TYPE:
+                    out.problems.append(f"line {first}: a traceback is cut off before its exception line "
+                                        "(log truncated, or interleaved beyond repair)")
                 emit(_traceback_event(chain, env, source.relpath, first, seq, len(block.lines)))
 
         with source.open_binary() as stream:
@@ -128,6 +131,7 @@ class TextLogParser:
         for assembler in assemblers.values():
             finish_blocks(assembler.flush())
         sanitizer.flush()
+        out.problems.extend(sanitizer.problems)
         finish_dumps(dumps.flush())
         out.event_lines += sanitizer.report_lines
         out.noise_lines += sanitizer.noise_lines
@@ -137,7 +141,7 @@ class TextLogParser:
 
         out.problems.extend(stats.describe())
         out.kind = _dominant_kind(forms, out.events)
-        out.events = _resolve(out.events, source)
+        out.events = _resolve(out.events, source, out.problems)
         return out
 
 
@@ -180,6 +184,9 @@ def _line_event(line: LogLine, relpath: str, lineno: int, seq: int) -> Event | N
 def _traceback_event(chain, env: LogLine, relpath: str, lineno: int, seq: int, nlines: int) -> Event:
     final = chain[-1]
     headline = f"{final.type}: {final.message.splitlines()[0]}" if final.message else final.type
+    if final.type == tb.CUT_TYPE:
+        where = f" in {final.frames[-1].function or final.frames[-1].file}" if final.frames else ""
+        headline = f"traceback cut off after {len(final.frames)} frame(s){where}: the exception line is missing"
     attrs = {**_envelope_attrs(env), "chain": chain, "exception_type": final.type,
              "exception_message": final.message, "lines": nlines,
              "unraisable": any(e.unraisable_in for e in chain),
@@ -248,9 +255,24 @@ def _int(value) -> int | None:
 
 # --- after the last line: times and the file's own process ---------------------------------
 
-def _resolve(events: list[Event], source: Source) -> list[Event]:
+def _resolve(events: list[Event], source: Source, problems: list[str] | None = None) -> list[Event]:
     events = _fill_single_process(events)
+    events = _set_aside_earlier_runs(events, problems if problems is not None else [])
     return _resolve_times(events, source)
+
+
+def _set_aside_earlier_runs(events: list[Event], problems: list[str]) -> list[Event]:
+    """A file with several server starts (restarts appended to one log): only the last
+    run is used for the verdict; pids of earlier runs may have been reused."""
+    starts = [i for i, e in enumerate(events) if e.attrs.get("message_id") == "engine-config"]
+    if len(starts) < 2:
+        return events
+    last = starts[-1]
+    problems.append(f"{len(starts)} server starts in this file (restarts appended to one log): the verdict "
+                    f"uses the last run, from line {events[last].line}; {last} earlier event(s) are kept in "
+                    "the timeline only (pids may have been reused)")
+    return [replace(e, attrs=freeze({**e.attrs, "earlier_run": True})) if i < last else e
+            for i, e in enumerate(events)]
 
 
 def _fill_single_process(events: list[Event]) -> list[Event]:

@@ -20,6 +20,7 @@ from forensics import grammar, knowledge
 from forensics.events import Frame, PyException
 
 TB_HEADER = "Traceback (most recent call last):"
+CUT_TYPE = "<traceback cut off>"     # the exception type of a traceback without its last line
 UNRAISABLE = ("Exception ignored in", "Exception ignored while calling deallocator")
 CHAIN_MARKERS = (
     "The above exception was the direct cause of the following exception:",
@@ -148,6 +149,11 @@ class _ToExceptions(Transformer):
         return PyException(exc.type, exc.message, tuple(frames), unraisable)
 
     bare_unraisable = segment
+
+    def cut_segment(self, items):
+        frames = tuple(i for i in items if isinstance(i, Frame))
+        unraisable = next((i[1] for i in items if isinstance(i, tuple) and i and i[0] == "unraisable"), None)
+        return PyException(CUT_TYPE, "", frames, unraisable)
 
     def unraisable(self, items):
         text = str(items[0]).strip()

@@ -179,13 +179,18 @@ def _sources_table(case: "Case", verbose: bool = False) -> Table:
     table.add_column("lines", justify="right")
     table.add_column("events", justify="right")
     table.add_column("unparsed", justify="right")
-    for s in case.sources:
+    quiet_inputs = [s for s in case.sources if not s.events and not s.problems and not s.unparsed_lines]
+    shown = case.sources if len(case.sources) <= 40 else [s for s in case.sources if s not in quiet_inputs][:40]
+    for s in shown:
         table.add_row(Text(s.relpath), s.kind, _n(s.lines), str(len(s.events)), _n(s.unparsed_lines))
         for problem in s.problems:
             table.add_row(Text(f"  ! {problem}", style="yellow"), "", "", "", "")
         if verbose:
             for lineno, text in s.unparsed_samples:
                 table.add_row(Text(f"  ? {lineno}: {text[:70]}", style="dim"), "", "", "", "")
+    if len(shown) < len(case.sources):
+        table.add_row(Text(f"... {len(case.sources) - len(shown)} more inputs (see --format json)", style="dim"),
+                      "", "", "", "")
     return table
 
 

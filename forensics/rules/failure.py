@@ -88,6 +88,10 @@ class FirstFailureRule(Rule):
                 code = _int(event.attrs.get("exit_code"))
                 candidates.append((event, pid, rank, _death(event.attrs.get("subject_process"), code)))
         if not candidates:
+            # an exception traceback is a failure of its own too, when nothing better exists
+            candidates = [(e, e.pid, e.rank, e.message) for e in ctx.events
+                          if e.kind == Kind.TRACEBACK and e.role in (None, "worker", "engine-core")]
+        if not candidates:
             ctx.explain(self, "No process shows a failure of its own; first failure unknown.")
             return
         key = lambda c: (c[0].time is None, c[0].time, _weight(c[0]))  # noqa: E731
@@ -252,6 +256,8 @@ def _failure_kind(event: Event) -> str:
         return "worker-killed"
     if event.kind == Kind.OOM:
         return "oom"
+    if event.kind == Kind.TRACEBACK:
+        return "python-exception"
     return event.kind
 
 

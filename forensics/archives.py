@@ -1,0 +1,172 @@
+"""Archives (.tar, .tar.gz/.bz2/.xz, .zip) read as streams, never extracted to disk.
+
+A bundle scraped off a dying machine is untrusted: member names with ``..`` or an
+absolute path, links, device files, absurd compression ratios (zip bombs), archives
+nested too deep, too many members - each is skipped with a problem line saying why, and
+reading every member is capped, so nothing is written anywhere and memory stays flat.
+Members are yielded in archive order and must be parsed before the next is asked for.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import zipfile
+from pathlib import PurePosixPath
+from typing import BinaryIO, Iterator
+
+from forensics.sources import SNIFF_BYTES, Source, classify
+
+MAX_MEMBERS = 10_000
+MAX_MEMBER_BYTES = 8 << 30          # expanded size of one member
+MAX_TOTAL_BYTES = 32 << 30          # expanded size of one archive
+MAX_RATIO = 200                     # expanded / compressed, per zip member
+MAX_DEPTH = 2                       # an archive inside an archive, no deeper
+
+
+class ArchiveLimitError(OSError):
+    """Reading a member went past a safety cap."""
+
+
+class _Capped(io.RawIOBase):
+    """A read-once stream that refuses to go past ``limit`` bytes."""
+
+    def __init__(self, head: bytes, rest: BinaryIO, limit: int, what: str) -> None:
+        self._head, self._rest, self._limit, self._what, self._seen = head, rest, limit, what, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+        else:
+            data = self._rest.read(len(buffer))
+            n = len(data)
+            buffer[:n] = data
+        self._seen += n
+        if self._seen > self._limit:
+            raise ArchiveLimitError(f"{self._what} expands past {self._limit:,} bytes; the rest is not read "
+                                    "(a zip bomb, or raise the limit)")
+        return n
+
+
+def unsafe_name(name: str) -> str | None:
+    """Why a member name is unsafe, or None."""
+    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
+        return "absolute path"
+    if ".." in PurePosixPath(name.replace("\\", "/")).parts:
+        return "path escapes the archive (..)"
+    return None
+
+
+def members(archive: Source, depth: int = 1) -> Iterator[Source]:
+    kind = archive.kind
+    try:
+        if kind == "archive-tar":
+            yield from _tar_members(archive, depth)
+        else:
+            yield from _zip_members(archive, depth)
+    except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
+        yield Source(archive.relpath, archive.path, "unknown",
+                     problems=(f"{archive.relpath}: archive unreadable or cut short ({exc}); "
+                               "members before the damage were read",))
+
+
+def _member_source(archive: Source, name: str, stream: BinaryIO, size: int | None, depth: int,
+                   limit: int) -> Iterator[Source]:
+    relpath = f"{archive.relpath}!{name}"
+    head = stream.read(SNIFF_BYTES)
+    used = {"done": False}
+
+    def opener() -> BinaryIO:
+        if used["done"]:
+            raise OSError(f"{relpath}: an archive member can be read only once")
+        used["done"] = True
+        return io.BufferedReader(_Capped(head, stream, limit, relpath), buffer_size=1 << 20)
+
+    source = classify(relpath, None, head, size=size, mtime=archive.mtime, opener=opener)
+    if source.kind.startswith("archive-"):
+        if depth >= MAX_DEPTH:
+            yield Source(relpath, None, "unknown",
+                         problems=(f"{relpath}: archive nested more than {MAX_DEPTH} deep; skipped",))
+            return
+        yield from members(source, depth + 1)
+        return
+    yield source
+
+
+def _tar_members(archive: Source, depth: int) -> Iterator[Source]:
+    count, total = 0, 0
+    with archive.open_binary() as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
+        for member in tar:
+            count += 1
+            if count > MAX_MEMBERS:
+                yield _skipped(archive, "...", f"more than {MAX_MEMBERS:,} members; the rest is not read")
+                return
+            why = unsafe_name(member.name)
+            if why:
+                yield _skipped(archive, member.name, f"{why}; skipped, never extracted")
+                continue
+            if member.isdir():
+                continue
+            if member.issym() or member.islnk():
+                yield _skipped(archive, member.name, f"link to {member.linkname!r}; not followed")
+                continue
+            if not member.isfile():
+                yield _skipped(archive, member.name, "device, fifo or special file; skipped")
+                continue
+            if member.size > MAX_MEMBER_BYTES or total + member.size > MAX_TOTAL_BYTES:
+                yield _skipped(archive, member.name, f"{member.size:,} bytes is past the size cap; skipped")
+                continue
+            total += member.size
+            stream = tar.extractfile(member)
+            if stream is None:
+                continue
+            yield from _member_source(archive, member.name, stream, member.size, depth, MAX_MEMBER_BYTES)
+
+
+def _zip_members(archive: Source, depth: int) -> Iterator[Source]:
+    if archive.is_plain_file:
+        handle = open(archive.path, "rb")  # noqa: SIM115
+    else:
+        # a zip needs random access: a member zip is small enough to hold (capped)
+        with archive.open_binary() as raw:
+            handle = io.BytesIO(raw.read(MAX_MEMBER_BYTES // 8))
+    total = 0
+    with handle, zipfile.ZipFile(handle) as zf:
+        infos = zf.infolist()
+        if len(infos) > MAX_MEMBERS:
+            yield _skipped(archive, "...", f"{len(infos):,} members, more than {MAX_MEMBERS:,}; "
+                                           f"only the first {MAX_MEMBERS:,} are read")
+            infos = infos[:MAX_MEMBERS]
+        for info in infos:
+            why = unsafe_name(info.filename)
+            if why:
+                yield _skipped(archive, info.filename, f"{why}; skipped, never extracted")
+                continue
+            if info.is_dir():
+                continue
+            mode = (info.external_attr >> 16) & 0o170000
+            if mode and mode not in (0o100000,):
+                yield _skipped(archive, info.filename, "link or special file; not followed")
+                continue
+            ratio = info.file_size / max(info.compress_size, 1)
+            if info.file_size > MAX_MEMBER_BYTES or ratio > MAX_RATIO and info.file_size > (1 << 20):
+                yield _skipped(archive, info.filename,
+                               f"claims {info.file_size:,} bytes from {info.compress_size:,} "
+                               f"(ratio {ratio:,.0f}): a zip bomb; skipped")
+                continue
+            if total + info.file_size > MAX_TOTAL_BYTES:
+                yield _skipped(archive, info.filename, "past the archive's total size cap; skipped")
+                continue
+            total += info.file_size
+            limit = min(MAX_MEMBER_BYTES, max(info.file_size, 1) + (1 << 16))   # declared size is a promise
+            with zf.open(info) as stream:
+                yield from _member_source(archive, info.filename, stream, info.file_size, depth, limit)
+
+
+def _skipped(archive: Source, name: str, why: str) -> Source:
+    return Source(f"{archive.relpath}!{name}", None, "unknown", problems=(f"{archive.relpath}!{name}: {why}",))
