@@ -187,9 +187,16 @@ def tp4(rec, bundle, variant):
                 "the CUDA driver (SIGABRT, exit -6); no Python-level CUDA error was printed" % fault["pid"],
                 step_when_surfaced=3, faulting_process_signal="SIGABRT")
     else:
+        codes = re.findall(r"\(Worker_TP2 pid=\d+\) RuntimeError: CUDA error code=(\d+)\(b'([A-Z_]+)'\)", server)
         t.table("surface", summary="under compute-sanitizer memcheck the invalid write is caught inside the "
-                "kernel and reported in the sanitizer output of Worker_TP2 (pid %d); what the Python code "
-                "then sees is in server.log" % fault["pid"], step_when_surfaced=3)
+                "kernel and reported by the sanitizer (4 invalid 4-byte writes, threads 0..3); the kernel is "
+                "terminated, so Worker_TP2 (pid %d) sees error %s (%s), not 700, first from cuMemFree in "
+                "SignalPadBuffer.__del__ and then from cuMemAlloc in the normal path during step 3"
+                % (fault["pid"], codes[0][0] if codes else "?", codes[0][1] if codes else "?"),
+                step_when_surfaced=3, error_code_under_sanitizer=int(codes[0][0]) if codes else None,
+                error_name_under_sanitizer=codes[0][1] if codes else None,
+                first_api=("cuMemFree in __del__ (%s:%d)" % (dev_path("minitp/signal_pad.py"), del_line[0])),
+                second_api=("cuMemAlloc in __init__ (%s:%d)" % (dev_path("minitp/signal_pad.py"), alloc_line[0])))
     gloo = {}
     for m in re.finditer(r"\(Worker_TP(\d) pid=\d+\) ERROR [^\]]*\] RuntimeError: (\[[^\n\r]*Connection [^\r\n]*)", server):
         gloo.setdefault(int(m.group(1)), m.group(2))
@@ -211,7 +218,10 @@ def tp4(rec, bundle, variant):
     if variant in ("memcheck", "memcheck_xml"):
         logs = sorted(glob.glob(os.path.join(bdir, "compute-sanitizer.*")))
         t.table("sanitizer", tool="memcheck", files=[os.path.basename(p) for p in logs],
-                faulting_pid_file="compute-sanitizer.%d.%s" % (fault["pid"], "xml" if variant == "memcheck_xml" else "log"),
+                note="one file only: the %%p in the file name expanded to a pid that is none of the engine "
+                     "(%d) or worker (%s) pids, and that one file holds the reports of all target processes"
+                     % (engine["pid"], ", ".join(str(pids[r]) for r in range(4))),
+                faulting_pid=fault["pid"],
                 expected_report="Invalid __global__ write of size 4 bytes in oneshot_allreduce_flag_kernel "
                                 "at tp_signal_kernels.cu:%d" % kl)
     if variant == "coredump":
@@ -318,7 +328,12 @@ def torch_item(rec, bundle):
     t.table("surface", exception="torch.AcceleratorError: CUDA error: an illegal memory access was encountered",
             file=dev_path("torch_item_after_oob.py"), line=it[0], function="main", code=it[1],
             api=".item() (device-to-host copy + stream sync)", surface_is_not_the_faulting_kernel=True)
-    t.table("sanitizer", tool="memcheck", files=sorted(f for f in os.listdir(bdir) if f.startswith("compute-sanitizer")))
+    t.table("sanitizer", tool="memcheck", files=sorted(f for f in os.listdir(bdir) if f.startswith("compute-sanitizer")),
+            expected_report="Invalid __global__ write of size 4 bytes in scatter_kv_slots_kernel by thread (17,0,0)",
+            error_under_sanitizer="cudaErrorLaunchFailure (719) at cudaStreamSynchronize inside .item()")
+    t.table("secondary", exception="cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_ILLEGAL_ADDRESS",
+            how="Exception ignored in 'cupy.cuda.function.Module.__dealloc__' (moduleUnload at interpreter exit)",
+            is_root_cause=False, also="DeprecationWarning for cupy ExternalStream (noise)")
     add_xids(t, bdir)
     add_commands(t, rec, bundle)
     return t
