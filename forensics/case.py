@@ -6,6 +6,7 @@ around it.  A ``Case`` holds everything a renderer needs and nothing renders her
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -13,6 +14,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from forensics import kb, rules, timeline
+from forensics.kinds import FORCEABLE
 from forensics.events import Event
 from forensics.parsers.base import ParsedSource
 from forensics.rules.base import Context
@@ -113,15 +115,21 @@ def parse_source(source: Source, parsers: dict[str, Any]) -> ParsedSource:
 
 
 def analyze(*paths: str, kb_dirs: list[str] | None = None,
-            on_source: Callable[[Source, ParsedSource], None] | None = None) -> Case:
+            on_source: Callable[[Source, ParsedSource], None] | None = None,
+            kind: str | None = None) -> Case:
     """Analyse files, directories (recursively) or ``-`` (stdin); returns a Case.
 
     ``kb_dirs``: folders of extra known-issue entries (``--kb``), added to the built-in ones.
-    ``on_source``: called after each input is parsed (progress display)."""
+    ``on_source``: called after each input is parsed (progress display).
+    ``kind``: read every input as this format instead of detecting it (see FORCEABLE)."""
     flat = [p for group in paths for p in ([group] if isinstance(group, str) else list(group))]
     parsers: dict[str, Any] = {}
     parsed = []
     for source in discover([str(p) for p in flat]):
+        readable = source.path is not None or source.data is not None or source.opener is not None
+        if kind is not None and readable and not source.kind.startswith("archive-"):
+            source = dataclasses.replace(source, kind=FORCEABLE[kind],
+                                         problems=(f"{source.relpath}: read as {kind} (--kind), not detected",))
         parsed.append(parse_source(source, parsers))
         if on_source is not None:
             on_source(source, parsed[-1])

@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 
 from forensics import __version__
+from forensics.kinds import FORCEABLE
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
 
@@ -45,12 +46,15 @@ def main() -> None:
               help="Most timeline entries in the JSON report (0: all).")
 @click.option("--kb", "kb_dirs", multiple=True, type=click.Path(),
               help="A folder of extra known-issue entries (*.toml); may be repeated.")
+@click.option("--kind", type=click.Choice(sorted(FORCEABLE)),
+              help="Read every input as this format instead of detecting it.")
 @click.option("-q", "--quiet", is_flag=True, help="Terminal: the verdict only; no progress bar.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Terminal: also how each rule decided and samples of unparsed lines.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks of internal errors.")
 def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str | None, explain: bool,
-            timeline_limit: int, kb_dirs: tuple[str, ...], quiet: bool, verbose: bool, debug: bool) -> None:
+            timeline_limit: int, kb_dirs: tuple[str, ...], kind: str | None, quiet: bool, verbose: bool,
+            debug: bool) -> None:
     """Analyse crash evidence: directories (recursively), files, or - for stdin.
 
     \b
@@ -67,7 +71,7 @@ def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str |
     from forensics.kb import KnowledgeBaseError
     try:
         with _progress(paths, enabled=not quiet) as on_source:
-            case = run_analysis(*paths, kb_dirs=list(kb_dirs), on_source=on_source)
+            case = run_analysis(*paths, kb_dirs=list(kb_dirs), on_source=on_source, kind=kind)
     except KnowledgeBaseError as exc:
         raise click.UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001
