@@ -50,7 +50,15 @@ def test_shared_racecheck(shared_case):
     assert case.context.error is None
 
 
-@pytest.mark.parametrize("bundle", ["tp4_oob_write_del_cumemfree", "tp4_oob_write_coredump", "misaligned_address"])
+FAULT_CLASS = {"illegal_address_write": "illegal-address", "misaligned_address": "misaligned-address",
+               "device_assert": "device-assert", "shared_memory_race": "data-race",
+               "uninitialized_global_read": "uninitialized-read"}
+RECORDED = ["tp4_oob_write_del_cumemfree", "tp4_oob_write_coredump", "tp4_oob_write_memcheck",
+            "tp4_oob_write_memcheck_xml", "misaligned_address", "device_assert", "shared_race", "uninit_read",
+            "torch_item_after_oob"]
+
+
+@pytest.mark.parametrize("bundle", RECORDED)
 def test_our_recordings(bundle):
     path = DATA / "gpu" / bundle
     truth = tomllib.loads((DATA / "gpu" / f"{bundle}.truth.toml").read_text())
@@ -58,12 +66,19 @@ def test_our_recordings(bundle):
     o = case.context.origin
     f = truth["fault"]
     assert _name(o.kernel) == _name(f["kernel"])
+    fault = {p["part"]: p["value"] for p in case.context.signature_parts}["fault"]
+    assert fault == FAULT_CLASS[f["kind"]], (fault, o.fault)
     if "faulting_rank" in f:
         assert (o.rank, o.pid) == (f["faulting_rank"], f["faulting_pid"])
         collateral = {v.rank for v in case.context.ranks.values() if v.status == "collateral" and v.rank is not None}
         assert collateral == {r["rank"] for r in truth["ranks"]["other_ranks"]}
-    kind = f["kind"].replace("_", " ")
-    assert any(word in o.fault.lower() for word in ("misaligned", "illegal", "write", "mmu")) , (kind, o.fault)
+    surface = truth.get("surface", {})
+    if "file" in surface and case.context.surfaces:
+        s = case.context.surfaces[0]
+        assert (s.file.rsplit("/", 1)[-1], s.line) == (surface["file"].rsplit("/", 1)[-1], surface["line"])
+        # a native check line does not name its function; a sanitizer frame at the same
+        # place does when the sanitizer printed one (not past its --print-limit)
+        assert s.function in (surface["function"], None)
 
 
 def test_tp4_surface_is_the_finalizer_not_the_kernel():

@@ -181,6 +181,10 @@ class SanitizerAssembler:
 
     def flush(self) -> None:
         self._close()
+        for text in self.summary:
+            if "were not printed" in text:
+                self.problems.append(f"compute-sanitizer hit its --print-limit: {text.split(': ', 1)[-1]} "
+                                     "(findings and counts cover the printed reports only)")
         if (self.session or self.findings) and not any("SUMMARY" in s for s in self.summary):
             self.problems.append("compute-sanitizer output ends before its ERROR SUMMARY: cut short "
                                  "(the findings before the cut are used; counts may be incomplete)")
@@ -190,7 +194,7 @@ class SanitizerAssembler:
             return
         lines, linenos = self.current, self.current_lines
         self.current, self.current_lines = [], []
-        key_head = (lines[0].strip(), lines[1].strip() if len(lines) > 1 and lines[1].startswith("     at ") else None)
+        key_head = _collapse_key(lines)
         cached = self.findings.get(key_head)
         if cached is not None:
             thread = block = address = None
@@ -240,6 +244,20 @@ class SanitizerAssembler:
         return out
 
 
+_VARYING = re.compile(r"0x[0-9a-fA-F]+|\(\d+,\d+,\d+\)")
+
+
+def _collapse_key(lines: list[str]) -> tuple:
+    """What makes two reports the same bug: the headline and the first detail line, with
+    addresses and thread/block coordinates (which vary per report) blanked out - except
+    a memcheck "at kernel+0xPC" line, whose PC offset is part of the identity."""
+    head = lines[0].strip()
+    second = lines[1].strip() if len(lines) > 1 else ""
+    if second.startswith("at "):
+        return (_VARYING.sub("#", head), second)
+    return (_VARYING.sub("#", head), _VARYING.sub("#", second))
+
+
 _HEADLINES = ("INVALID_HEAD", "UNINIT_HEAD", "BARRIER_HEAD", "ASSERT_HEAD", "PROGRAM_HIT", "RACE_HEAD",
               "HAZARD_HEAD", "LEAK_HEAD", "SUMMARY_LINE")
 
@@ -262,6 +280,16 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
         kernel_sig, pc, location = _split_at(r.at)
         attrs.update(kernel_signature=kernel_sig, kernel=_plain_kernel(kernel_sig), pc_offset=pc,
                      kernel_source=location)
+    if r.kind == "hazard" and r.details:
+        site = r.details[0].split(" at ", 1)[1] if " at " in r.details[0] else ""
+        kernel_sig, pc, location = _split_at(site)
+        attrs.update(kernel_signature=kernel_sig, kernel=_plain_kernel(kernel_sig), pc_offset=pc,
+                     kernel_source=location, accesses=r.details[:2])
+    if r.kind == "warp_assert" and (r.at or "").startswith("__assertfail"):
+        # the assert fired in a device function; the launched kernel is the host stub frame
+        stub = next((f.split(" in ")[0] for f in r.frames if not f.startswith(("main ", "device:"))), None)
+        if stub:
+            attrs.update(kernel_signature=stub, kernel=_plain_kernel(stub))
     if r.kind == "race":
         first_site = r.headline.split(" access at ", 1)[1] if " access at " in r.headline else ""
         kernel_sig, pc, location = _split_at(first_site)

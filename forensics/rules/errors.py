@@ -59,6 +59,9 @@ class SurfacePoints(Rule):
                 first.also_seen_in.append(surface.source)
         ctx.surfaces = sorted(per_pid.values(), key=lambda s: (s.time is None, s.time, s.source))
         for s in ctx.surfaces:
+            if s.function is None and s.file and s.line:
+                s.function = _function_from_tool_frames(ctx, s.file, s.line)
+        for s in ctx.surfaces:
             who = f"rank {s.rank}" if s.rank is not None else "an unranked process"
             site = f"{s.file}:{s.line} in {s.function}" if s.file else "no Python frame"
             api = f" via {s.api}" if s.api else ""
@@ -93,6 +96,17 @@ def surface_of(event: Event) -> Surface:
                    function=site.function if site else event.attrs.get("function"), time=event.time,
                    source=event.where, exception=exception,
                    error=event.attrs.get("cuda_error"), how=how)
+
+
+def _function_from_tool_frames(ctx: Context, file: str, line: int) -> str | None:
+    """A native check line names file:line but not the function; a compute-sanitizer
+    host frame at the same place does ("main in device_assert.cu:29")."""
+    needle = f" in {file.rsplit('/', 1)[-1]}:{line}"
+    for event in ctx.of_kind(Kind.SANITIZER):
+        for frame in event.attrs.get("host_frames", ()):
+            if needle in frame + " ":
+                return frame.split(" in ")[0].strip() or None
+    return None
 
 
 def pick_site(frames: tuple[Frame, ...]) -> tuple[str | None, Frame | None]:

@@ -86,7 +86,7 @@ class DeviceOrigin(Rule):
             elif xids:
                 pid = xids[0].pid
                 notes.append(f"rank joined by the Xid line's pid ({xids[0].where})")
-                if len({x.pid for x in xids}) > 1:
+                if multi_rank and len({x.pid for x in xids}) > 1:
                     confidence = "medium"
             elif multi_rank:
                 reporters = {s.pid for s in ctx.surfaces if s.pid is not None}
@@ -156,9 +156,23 @@ def kernel_evidence(ctx: Context) -> list[Evidence]:
                             pid=event.pid, rank=event.rank, address=event.attrs.get("address"),
                             where=event.where, text=event.message))
     out.extend(_coredump_progress(ctx))
+    for event in ctx.of_kind(Kind.DEVICE_ASSERT):
+        out.append(Evidence(tool="device-assert", kernel=_assert_kernel(event.attrs),
+                            fault=f"device-side assert `{event.attrs.get('condition', '')}`",
+                            pid=event.pid, rank=event.rank, address=None, where=event.where, text=event.message))
     faults = [e for e in out if "race" not in e.fault.lower() and "hazard" not in e.fault.lower()]
-    order = {"cuda-coredump": 0, "coredump-progress": 1, "compute-sanitizer": 2, "cuda-gdb": 3}
+    order = {"cuda-coredump": 0, "coredump-progress": 1, "compute-sanitizer": 2, "cuda-gdb": 3, "device-assert": 4}
     return sorted(faults or out, key=lambda e: order.get(e.tool, 4))
+
+
+def _assert_kernel(attrs) -> str:
+    """'void validate_ids(const int *, int)' -> validate_ids; a lambda's 'operator()' is
+    named by its file instead (PyTorch's IndexKernel.cu:92)."""
+    function = str(attrs.get("function", "")).split("(")[0].split()[-1:] or ["?"]
+    name = function[0]
+    if name in ("operator", "operator()", "lambda", "?"):
+        return f"{attrs.get('file', '?').rsplit('/', 1)[-1]}:{attrs.get('line', '?')}"
+    return name
 
 
 def _tool(event: Event) -> str:
