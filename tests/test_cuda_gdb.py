@@ -12,7 +12,7 @@ def stop_of(path):
     if not path.exists():
         pytest.skip(f"{path} not available")
     parsed = CudaGdbParser().parse(sniff(path, path.name))
-    assert parsed.event_lines + parsed.noise_lines + parsed.unparsed_lines == parsed.lines
+    assert parsed.event_lines + parsed.noise_lines + parsed.counted_lines + parsed.unparsed_lines == parsed.lines
     (event,) = [e for e in parsed.events if e.kind == Kind.CUDA_GDB]
     return event
 

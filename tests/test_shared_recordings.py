@@ -112,4 +112,4 @@ def test_every_line_accounted_for(shared_case, bundle):
     for source in case.sources:
         if source.lines is None:
             continue
-        assert source.event_lines + source.noise_lines + source.unparsed_lines == source.lines, source.relpath
+        assert source.event_lines + source.noise_lines + source.counted_lines + source.unparsed_lines == source.lines, source.relpath

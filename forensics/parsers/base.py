@@ -11,7 +11,10 @@ from forensics.events import Event
 class ParsedSource:
     """Events of one source plus the line accounting the report shows.
 
-    Invariant for text sources: event_lines + noise_lines + unparsed_lines == lines.
+    Invariant for text sources:
+        event_lines + noise_lines + counted_lines + unparsed_lines == lines
+    where counted_lines are the lines of a large input that the prefilter counted without
+    parsing (no anchor near them; see parsers/prefilter.py).
     """
 
     relpath: str
@@ -20,6 +23,7 @@ class ParsedSource:
     lines: int | None = 0
     event_lines: int = 0
     noise_lines: int = 0
+    counted_lines: int = 0
     unparsed_lines: int | None = 0
     problems: list[str] = field(default_factory=list)
     unparsed_samples: list[tuple[int, str]] = field(default_factory=list)
@@ -37,6 +41,7 @@ class ParsedSource:
             "events": len(self.events),
             "event_lines": self.event_lines,
             "noise_lines": self.noise_lines,
+            "counted_lines": self.counted_lines,
             "unparsed_lines": self.unparsed_lines,
             "problems": list(self.problems),
         }

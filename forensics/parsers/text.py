@@ -14,7 +14,7 @@ from datetime import datetime
 
 from forensics import knowledge
 from forensics.events import Event, Kind, Severity, freeze
-from forensics.parsers import kernel_log
+from forensics.parsers import kernel_log, prefilter
 from forensics.parsers import traceback as tb
 from forensics.parsers.base import ParsedSource
 from forensics.parsers.sanitizer import MARKER, SanitizerAssembler
@@ -23,6 +23,9 @@ from forensics.parsers.vllm_log import LineParser, LogLine
 from forensics.sources import ReadStats, Source, iter_lines
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Inputs at least this large take the fast path (prefilter.py): only lines near an
+# anchor are parsed, the rest counted.  Smaller ones are parsed line by line.
+FAST_PATH_BYTES = 8 << 20
 
 # Exception messages that are themselves relays of another failure.
 _RELAY_KINDS = {Kind.ENGINE_WORKER_FAILED, Kind.ENGINE_DEAD, Kind.PEER_FAILURE, Kind.NCCL, Kind.OOM}
@@ -97,8 +100,14 @@ class TextLogParser:
                                         "(log truncated, or interleaved beyond repair)")
                 emit(_traceback_event(chain, env, source.relpath, first, seq, len(block.lines)))
 
+        def busy() -> bool:
+            return (any(a.block is not None for a in assemblers.values()) or bool(sanitizer.current)
+                    or dumps.block is not None)
+
         with source.open_binary() as stream:
-            for lineno, raw in iter_lines(stream, stats):
+            fast = (source.size or 0) >= FAST_PATH_BYTES
+            scanner = prefilter.Scanner(stream, busy) if fast else None
+            for lineno, raw in (scanner.lines() if fast else iter_lines(stream, stats)):
                 out.lines += 1
                 text = _ANSI.sub("", raw) if "\x1b" in raw else raw
                 if text.startswith(MARKER):
@@ -139,6 +148,10 @@ class TextLogParser:
             out.count_unparsed(lineno, MARKER + text)
         out.events.extend(sanitizer.events(seq))
 
+        if scanner is not None:
+            out.counted_lines = scanner.counted
+            out.lines += scanner.counted
+            stats.long_lines += scanner.long_lines
         out.problems.extend(stats.describe())
         out.kind = _dominant_kind(forms, out.events)
         out.events = _resolve(out.events, source, out.problems)

@@ -1,0 +1,148 @@
+"""The fast path for large text inputs: find the lines worth parsing without looking at
+every line in Python.
+
+A large log is read in multi-megabyte blocks; each block is searched with C-speed
+``bytes.find`` for the prefilter's anchor literals (forensics/data/prefilter.toml: the
+message catalogue's triggers, error levels, block starts).  Only the lines that hold an
+anchor - plus a window of lines before and after each, the lines of any block still open
+(a traceback's frames carry no anchor) and the file's last lines - reach the grammars.
+Every other line is counted (``counted_lines``), never silently lost.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from typing import BinaryIO, Callable, Iterator
+
+from forensics import knowledge
+
+BLOCK_BYTES = 8 << 20
+CONTEXT_BEFORE = 8          # lines parsed before each hit (what led to it)
+CONTEXT_AFTER = 8           # lines parsed after each hit
+TAIL_LINES = 200            # the last lines of a file: how it ended
+MAX_LINE = 1 << 20
+
+
+@functools.lru_cache(maxsize=None)
+def anchors() -> tuple[bytes, ...]:
+    data = knowledge.load("prefilter")
+    words = set(data["anchors"]["always"])
+    for entry in knowledge.message_patterns():
+        words.update(entry.triggers)
+    # a shorter anchor that is a substring of a longer one makes the longer one redundant
+    ordered = sorted(words, key=len)
+    kept: list[str] = []
+    for word in ordered:
+        if not any(k in word for k in kept):
+            kept.append(word)
+    return tuple(w.encode() for w in kept)
+
+
+class Scanner:
+    """Yields (line number, text) of the lines to parse; counts the others."""
+
+    def __init__(self, stream: BinaryIO, busy: Callable[[], bool]) -> None:
+        self.stream = stream
+        self.busy = busy            # True while the parser is inside a block: feed every line
+        self.counted = 0
+        self.long_lines = 0
+
+    def lines(self) -> Iterator[tuple[int, str]]:
+        lineno = 0                      # number of the last line consumed (yielded or counted)
+        carry = b""
+        after = 0
+        skipped_tail: deque[tuple[int, bytes]] = deque(maxlen=TAIL_LINES)   # counted since the last yield
+
+        def emit(number: int, raw: bytes):
+            skipped_tail.clear()
+            return number, self._text(raw)
+
+        while True:
+            data = self.stream.read(BLOCK_BYTES)
+            if not data and not carry:
+                break
+            block = carry + data
+            cut = block.rfind(b"\n")
+            if data and cut < 0 and len(block) < 4 * BLOCK_BYTES:
+                carry = block                       # no complete line yet
+                continue
+            if cut < 0:
+                block, carry = block + b"\n", b""   # a last line without newline, or a giant one
+            else:
+                carry, block = block[cut + 1:], block[: cut + 1]
+            pos = 0
+            for start in _hit_lines(block) + [len(block)]:
+                if start < pos:
+                    continue
+                while pos < start and (after > 0 or self.busy()):
+                    end = block.index(b"\n", pos)
+                    lineno += 1
+                    yield emit(lineno, block[pos:end])
+                    after -= 1
+                    pos = end + 1
+                if pos < start:
+                    count = block.count(b"\n", pos, start)
+                    keep = CONTEXT_BEFORE if start < len(block) else TAIL_LINES
+                    last = _last_lines(block, pos, start, keep)
+                    self.counted += count
+                    first_number = lineno + count - len(last) + 1
+                    lineno += count
+                    if start < len(block):
+                        # context before a hit: parse it (it was counted: uncount)
+                        self.counted -= len(last)
+                        for i, raw in enumerate(last):
+                            yield emit(first_number + i, raw)
+                    else:
+                        skipped_tail.extend((first_number + i, raw) for i, raw in enumerate(last))
+                    pos = start
+                if start < len(block):
+                    end = block.index(b"\n", pos)
+                    lineno += 1
+                    yield emit(lineno, block[pos:end])
+                    pos = end + 1
+                    after = CONTEXT_AFTER
+            if not data:
+                break
+        # how the file ended: its last lines, if they were only counted
+        tail = list(skipped_tail)
+        self.counted -= len(tail)
+        for number, raw in tail:
+            yield number, self._text(raw)
+
+    def _text(self, raw: bytes) -> str:
+        if len(raw) > MAX_LINE:
+            self.long_lines += 1
+            raw = raw[:MAX_LINE]
+        text = raw.decode("utf-8", errors="replace")
+        if "\x00" in text:
+            text = text.replace("\x00", "")
+        return text[:-1] if text.endswith("\r") else text
+
+
+def _hit_lines(block: bytes) -> list[int]:
+    """Start offsets of the lines in ``block`` that hold an anchor, in order."""
+    starts = set()
+    for anchor in anchors():
+        find = block.find
+        i = find(anchor)
+        while i >= 0:
+            start = block.rfind(b"\n", 0, i) + 1
+            starts.add(start)
+            nxt = block.find(b"\n", i)
+            i = find(anchor, nxt + 1) if nxt >= 0 else -1
+    return sorted(starts)
+
+
+def _last_lines(block: bytes, lo: int, hi: int, n: int) -> list[bytes]:
+    """Up to n complete lines ending at offset hi (exclusive), not before lo."""
+    out = []
+    end = hi
+    while len(out) < n and end > lo:
+        start = block.rfind(b"\n", lo, end - 1) + 1
+        if start < lo:
+            start = lo
+        out.append(block[start:end - 1] if block[end - 1:end] == b"\n" else block[start:end])
+        end = start
+    out.reverse()
+    return out
