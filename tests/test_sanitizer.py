@@ -101,13 +101,14 @@ def test_100k_identical_reports_collapse_in_seconds():
     assert elapsed < 30, elapsed
 
 
-def test_memory_stays_flat_as_reports_repeat():
+def test_memory_stays_flat_as_reports_repeat(tmp_path):
     if not S2A.exists():
         pytest.skip("shared recordings not available")
     peaks = []
-    for n in (20_000, 60_000):                   # both past the fast-path threshold
-        data = _repeated_report_log(n)           # the input itself is not counted
-        source = Source("big.log", None, "compute-sanitizer", size=len(data), data=data)
+    for n in (60_000, 180_000):                  # 33 and 100 MB: several 8 MB blocks each
+        path = tmp_path / f"cs.{n}.log"
+        path.write_bytes(_repeated_report_log(n))
+        source = sniff(path, path.name)
         tracemalloc.start()
         TextLogParser().parse(source)
         peaks.append(tracemalloc.get_traced_memory()[1])

@@ -6,12 +6,18 @@ A large log is read in multi-megabyte blocks; each block is searched with C-spee
 message catalogue's triggers, error levels, block starts).  Only the lines that hold an
 anchor - plus a window of lines before and after each, the lines of any block still open
 (a traceback's frames carry no anchor) and the file's last lines - reach the grammars.
-Every other line is counted (``counted_lines``), never silently lost.
+Every other line is counted (``counted_lines``), never silently lost.  For a plain file
+the anchors are found by ``grep -F`` running beside the parser when grep is installed
+(it is on every Linux); the pure-Python block scan gives the same lines without it.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import shutil
+import subprocess
+import tempfile
 from collections import deque
 from typing import BinaryIO, Callable, Iterator
 
@@ -30,6 +36,7 @@ def anchors() -> tuple[bytes, ...]:
     words = set(data["anchors"]["always"])
     for entry in knowledge.message_patterns():
         words.update(entry.triggers)
+    words -= set(data["anchors"]["skip_triggers"])
     # a shorter anchor that is a substring of a longer one makes the longer one redundant
     ordered = sorted(words, key=len)
     kept: list[str] = []
@@ -40,13 +47,19 @@ def anchors() -> tuple[bytes, ...]:
 
 
 class Scanner:
-    """Yields (line number, text) of the lines to parse; counts the others."""
+    """Yields (line number, text) of the lines to parse; counts the others.
 
-    def __init__(self, stream: BinaryIO, busy: Callable[[], bool]) -> None:
+    ``hits``: absolute byte offsets of anchor matches, in order, when something faster
+    than Python found them (``grep_hits``); else each block is searched here."""
+
+    def __init__(self, stream: BinaryIO, busy: Callable[[], bool], hits: Iterator[int] | None = None) -> None:
         self.stream = stream
         self.busy = busy            # True while the parser is inside a block: feed every line
         self.counted = 0
         self.long_lines = 0
+        self._hits = hits
+        self._next_hit: int | None = None
+        self._base = 0              # absolute offset of the current block
 
     def lines(self) -> Iterator[tuple[int, str]]:
         lineno = 0                      # number of the last line consumed (yielded or counted)
@@ -72,7 +85,9 @@ class Scanner:
             else:
                 carry, block = block[cut + 1:], block[: cut + 1]
             pos = 0
-            for start in _hit_lines(block) + [len(block)]:
+            starts = self._block_hits(block) if self._hits is not None else _hit_lines(block)
+            self._base += len(block)
+            for start in starts + [len(block)]:
                 if start < pos:
                     continue
                 while pos < start and (after > 0 or self.busy()):
@@ -110,6 +125,23 @@ class Scanner:
         for number, raw in tail:
             yield number, self._text(raw)
 
+    def _block_hits(self, block: bytes) -> list[int]:
+        """Line starts in ``block`` of the matches reported for its byte range."""
+        base, end = self._base, self._base + len(block)
+        starts = set()
+        while True:
+            if self._next_hit is None:
+                self._next_hit = next(self._hits, None)
+                if self._next_hit is None:
+                    break
+            if self._next_hit >= end:
+                break
+            offset = self._next_hit - base
+            self._next_hit = None
+            if offset >= 0:
+                starts.add(block.rfind(b"\n", 0, offset) + 1)
+        return sorted(starts)
+
     def _text(self, raw: bytes) -> str:
         if len(raw) > MAX_LINE:
             self.long_lines += 1
@@ -118,6 +150,37 @@ class Scanner:
         if "\x00" in text:
             text = text.replace("\x00", "")
         return text[:-1] if text.endswith("\r") else text
+
+
+def grep_hits(path: str) -> Iterator[int] | None:
+    """Byte offsets of anchor matches in a plain file, found by ``grep -F`` (Aho-Corasick,
+    and a second core); None when grep is not there (the Python block scan is used)."""
+    grep = shutil.which("grep")
+    if grep is None:
+        return None
+    pattern_file = tempfile.NamedTemporaryFile("wb", suffix=".anchors", delete=False)
+    pattern_file.write(b"\n".join(anchors()) + b"\n")
+    pattern_file.close()
+    try:
+        proc = subprocess.Popen([grep, "-F", "-o", "-b", "-a", "-f", pattern_file.name, "--", path],
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                env={"LC_ALL": "C", "PATH": os.environ.get("PATH", "")})
+    except OSError:
+        os.unlink(pattern_file.name)
+        return None
+
+    def offsets() -> Iterator[int]:
+        try:
+            for line in proc.stdout:
+                colon = line.find(b":")
+                if colon > 0:
+                    yield int(line[:colon])
+        finally:
+            proc.stdout.close()
+            proc.kill()
+            proc.wait()
+            os.unlink(pattern_file.name)
+    return offsets()
 
 
 def _hit_lines(block: bytes) -> list[int]:

@@ -179,6 +179,28 @@ class SanitizerAssembler:
         self.current.append(payload)
         self.current_lines.append(lineno)
 
+    def feed_repeat(self, report: bytes, lineno: int) -> bool:
+        """The fast path for a long log: one whole report (marker lines, terminator
+        excluded) taken at once when it repeats a report already parsed; False when it
+        is new (the caller then feeds its lines one by one, through the grammar)."""
+        first = report.find(b"\n")
+        second_end = report.find(b"\n", first + 1)
+        head = report[:first].decode("utf-8", "replace")
+        second = report[first + 1:second_end if second_end > 0 else len(report)].decode("utf-8", "replace")
+        if not head.startswith(MARKER) or not second.startswith(MARKER):
+            return False
+        key = _collapse_key([head[len(MARKER):], second[len(MARKER):]])
+        finding = self.findings.get(key)
+        if finding is None or self.current:
+            return False
+        by = _BY.search(report)
+        address = _ADDR.search(report)
+        finding.add(tuple(map(int, by.groups()[:3])) if by else None,
+                    tuple(map(int, by.groups()[3:])) if by else None,
+                    address.group(1).decode() if address else None, lineno)
+        self.report_lines += report.count(b"\n") + 1
+        return True
+
     def flush(self) -> None:
         self._close()
         for text in self.summary:
@@ -244,6 +266,10 @@ class SanitizerAssembler:
         return out
 
 
+# The same shapes as the grammar's BY_LINE / ADDRESS_LINE terminals, on bytes, for the
+# fast path over repeated reports.
+_BY = re.compile(rb"by thread \((\d+),(\d+),(\d+)\) in block \((\d+),(\d+),(\d+)\)")
+_ADDR = re.compile(rb"(?:Access to|Address) (0x[0-9a-fA-F]+)")
 _VARYING = re.compile(r"0x[0-9a-fA-F]+|\(\d+,\d+,\d+\)")
 
 

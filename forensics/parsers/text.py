@@ -106,8 +106,16 @@ class TextLogParser:
 
         with source.open_binary() as stream:
             fast = (source.size or 0) >= FAST_PATH_BYTES
-            scanner = prefilter.Scanner(stream, busy) if fast else None
-            for lineno, raw in (scanner.lines() if fast else iter_lines(stream, stats)):
+            if fast and source.kind == "compute-sanitizer":
+                # a long sanitizer log: whole repeated reports are taken at once
+                lines_of = _sanitizer_blocks(stream, sanitizer, out)
+                fast = False
+            else:
+                lines_of = None
+            hits = prefilter.grep_hits(str(source.path)) if fast and source.is_plain_file else None
+            scanner = prefilter.Scanner(stream, busy, hits) if fast else None
+            source_lines = lines_of if lines_of is not None else (scanner.lines() if fast else iter_lines(stream, stats))
+            for lineno, raw in source_lines:
                 out.lines += 1
                 text = _ANSI.sub("", raw) if "\x1b" in raw else raw
                 if text.startswith(MARKER):
@@ -156,6 +164,55 @@ class TextLogParser:
         out.kind = _dominant_kind(forms, out.events)
         out.events = _resolve(out.events, source, out.problems)
         return out
+
+
+# a line holding only the marker (and maybe spaces) ends a report
+_TERMINATOR = re.compile(rb"\n=========[ \t]*\r?\n")
+
+
+def _sanitizer_blocks(stream, sanitizer: SanitizerAssembler, out: ParsedSource):
+    """Lines of a long compute-sanitizer log, minus the repeated reports, which go to
+    the assembler whole (``feed_repeat``) and are accounted here."""
+    lineno = 0
+    carry = b""
+    while True:
+        data = stream.read(prefilter.BLOCK_BYTES)
+        block = carry + data
+        if not block:
+            return
+        if data:
+            last = None
+            for last in _TERMINATOR.finditer(block, max(0, len(block) - (1 << 20))):
+                pass
+            if last is None:
+                last = next(iter(reversed(list(_TERMINATOR.finditer(block)))), None)
+            if last is None and len(block) < 4 * prefilter.BLOCK_BYTES:
+                carry = block
+                continue
+            end = last.end() if last is not None else block.rfind(b"\n") + 1
+            carry, block = block[end:], block[:end]
+        else:
+            carry = b""
+        pos = 0
+        for match in _TERMINATOR.finditer(block):
+            report = block[pos:match.start()]
+            if sanitizer.feed_repeat(report, lineno + 1):
+                nlines = report.count(b"\n") + 2          # the report's lines and its terminator
+                lineno += nlines
+                out.lines += nlines
+                out.noise_lines += 1
+            else:
+                for raw in block[pos:match.end() - 1].split(b"\n"):
+                    lineno += 1
+                    yield lineno, raw.decode("utf-8", "replace").rstrip("\r").replace("\x00", "")
+            pos = match.end()
+        if pos < len(block):
+            rest = block[pos:]
+            for raw in rest.split(b"\n")[:-1] if rest.endswith(b"\n") else rest.split(b"\n"):
+                lineno += 1
+                yield lineno, raw.decode("utf-8", "replace").rstrip("\r").replace("\x00", "")
+        if not data:
+            return
 
 
 def _line_event(line: LogLine, relpath: str, lineno: int, seq: int) -> Event | None:
