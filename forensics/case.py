@@ -9,11 +9,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
-from forensics import kb, rules, timeline
+from forensics import engines, kb, rules, timeline
 from forensics.kinds import FORCEABLE
 from forensics.events import Event
 from forensics.parsers.base import ParsedSource
@@ -69,7 +70,14 @@ class Case:
     sources: list[ParsedSource]
     events: list[Event]
     context: Context
-    timeline: pd.DataFrame = field(repr=False, default=None)
+    _frame: Any = field(repr=False, default=None)
+
+    @property
+    def timeline(self) -> "pd.DataFrame":
+        """Every event as a pandas DataFrame (built on first use: pandas is slow to import)."""
+        if self._frame is None:
+            self._frame = timeline.dataframe(self.events)
+        return self._frame
 
     @property
     def verdict(self) -> dict:
@@ -114,25 +122,49 @@ def parse_source(source: Source, parsers: dict[str, Any]) -> ParsedSource:
     return parsed
 
 
+def _parse_fresh(source: Source) -> ParsedSource:
+    """parse_source with its own parser instances (for worker processes)."""
+    return parse_source(source, {})
+
+
 def analyze(*paths: str, kb_dirs: list[str] | None = None,
             on_source: Callable[[Source, ParsedSource], None] | None = None,
-            kind: str | None = None) -> Case:
+            kind: str | None = None, engine: str = "local", scheduler: str | None = None) -> Case:
     """Analyse files, directories (recursively) or ``-`` (stdin); returns a Case.
 
     ``kb_dirs``: folders of extra known-issue entries (``--kb``), added to the built-in ones.
     ``on_source``: called after each input is parsed (progress display).
-    ``kind``: read every input as this format instead of detecting it (see FORCEABLE)."""
+    ``kind``: read every input as this format instead of detecting it (see FORCEABLE).
+    ``engine``: "local" (this machine's cores) or "dask" (``scheduler`` address, or a
+    local cluster); the report is the same either way."""
     flat = [p for group in paths for p in ([group] if isinstance(group, str) else list(group))]
     parsers: dict[str, Any] = {}
-    parsed = []
-    for source in discover([str(p) for p in flat]):
+
+    def forced(source: Source) -> Source:
         readable = source.path is not None or source.data is not None or source.opener is not None
         if kind is not None and readable and not source.kind.startswith("archive-"):
-            source = dataclasses.replace(source, kind=FORCEABLE[kind],
-                                         problems=(f"{source.relpath}: read as {kind} (--kind), not detected",))
-        parsed.append(parse_source(source, parsers))
-        if on_source is not None:
-            on_source(source, parsed[-1])
+            return dataclasses.replace(source, kind=FORCEABLE[kind],
+                                       problems=(f"{source.relpath}: read as {kind} (--kind), not detected",))
+        return source
+
+    sources = (forced(s) for s in discover([str(p) for p in flat]))
+    local = lambda s: parse_source(s, parsers)  # noqa: E731 - parsers reused in this process
+    if engine == "dask":
+        parsed = engines.parse_dask(list(sources), _parse_fresh, scheduler, on_source)
+    else:
+        # an archive member is a stream that must be read before the next member is
+        # opened: it is parsed at once, here; files are parsed afterwards, maybe in parallel
+        listed: list = []
+        for source in sources:
+            if source.opener is not None:
+                listed.append((source, local(source)))
+                if on_source is not None:
+                    on_source(source, listed[-1][1])
+            else:
+                listed.append(source)
+        plain = [x for x in listed if isinstance(x, Source)]
+        done = iter(engines.parse_processes(plain, _parse_fresh, on_source=on_source))
+        parsed = [next(done) if isinstance(x, Source) else x[1] for x in listed]
     events = timeline.order([p.events for p in parsed])
     current = [e for e in events if not e.attrs.get("earlier_run")]
     table = timeline.ProcessTable.learn(current)
@@ -141,4 +173,4 @@ def analyze(*paths: str, kb_dirs: list[str] | None = None,
     tool_sources = {p.relpath for p in parsed if p.kind in TOOL_KINDS}
     entries = kb.load_dirs(kb_dirs) if kb_dirs else None
     ctx = rules.run(Context(events=current, processes=table, tool_sources=tool_sources, kb_entries=entries))
-    return Case(sources=parsed, events=events, context=ctx, timeline=timeline.dataframe(events))
+    return Case(sources=parsed, events=events, context=ctx)

@@ -48,13 +48,16 @@ def main() -> None:
               help="A folder of extra known-issue entries (*.toml); may be repeated.")
 @click.option("--kind", type=click.Choice(sorted(FORCEABLE)),
               help="Read every input as this format instead of detecting it.")
+@click.option("--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+              help="Where inputs are parsed: this machine's cores, or a Dask cluster.")
+@click.option("--scheduler", help="Dask scheduler address (tcp://host:8786); default: a local cluster.")
 @click.option("-q", "--quiet", is_flag=True, help="Terminal: the verdict only; no progress bar.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Terminal: also how each rule decided and samples of unparsed lines.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks of internal errors.")
 def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str | None, explain: bool,
-            timeline_limit: int, kb_dirs: tuple[str, ...], kind: str | None, quiet: bool, verbose: bool,
-            debug: bool) -> None:
+            timeline_limit: int, kb_dirs: tuple[str, ...], kind: str | None, engine: str,
+            scheduler: str | None, quiet: bool, verbose: bool, debug: bool) -> None:
     """Analyse crash evidence: directories (recursively), files, or - for stdin.
 
     \b
@@ -71,8 +74,13 @@ def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str |
     from forensics.kb import KnowledgeBaseError
     try:
         with _progress(paths, enabled=not quiet) as on_source:
-            case = run_analysis(*paths, kb_dirs=list(kb_dirs), on_source=on_source, kind=kind)
+            case = run_analysis(*paths, kb_dirs=list(kb_dirs), on_source=on_source, kind=kind,
+                                engine=engine, scheduler=scheduler)
     except KnowledgeBaseError as exc:
+        raise click.UsageError(str(exc)) from None
+    except RuntimeError as exc:
+        if debug or "dask" not in str(exc):
+            raise
         raise click.UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001
         if debug:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from datetime import datetime
-from types import MappingProxyType
 from typing import Any, Mapping
 
 
@@ -61,8 +60,24 @@ class Kind:
     STACK_DUMP = "stack-dump"            # py-spy dump of a live (often hung) process
 
 
+class FrozenAttrs(dict):
+    """A read-only dict: events stay immutable, and still pickle (to worker processes
+    and Dask workers), which a mappingproxy cannot."""
+
+    def _refuse(self, *args, **kwargs):
+        raise TypeError("event attributes are read-only; derive a new event with dataclasses.replace")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse
+
+    def __reduce__(self):
+        return (FrozenAttrs, (dict(self),))
+
+    def __hash__(self):  # pragma: no cover - events are compared, not hashed
+        raise TypeError("unhashable: FrozenAttrs")
+
+
 def freeze(attrs: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    return MappingProxyType(dict(attrs or {}))
+    return FrozenAttrs(attrs or {})
 
 
 @dataclass(frozen=True)
@@ -102,7 +117,7 @@ class Event:
     rank: int | None = None
     role: str | None = None            # worker | engine-core | api-server | launcher | unknown
     seq: int = 0                       # position in the source, for stable ordering
-    attrs: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    attrs: Mapping[str, Any] = field(default_factory=FrozenAttrs)
 
     @property
     def where(self) -> str:

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-import pandas as pd
-
 from forensics import knowledge
 from forensics.events import Event, Kind
 
@@ -143,7 +141,10 @@ COLUMNS = ["time", "rank", "pid", "role", "process", "kind", "severity", "messag
            "line", "time_inferred"]
 
 
-def dataframe(events: list[Event]) -> pd.DataFrame:
+def dataframe(events: list[Event]):
+    """The events as a pandas DataFrame, one row each, in timeline order."""
+    import pandas as pd        # imported here: the CLI's report paths never need it
+
     rows = [{
         "time": e.time, "rank": e.rank, "pid": e.pid, "role": e.role, "process": e.process,
         "kind": e.kind, "severity": e.severity.name, "message": e.message, "source": e.source,

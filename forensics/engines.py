@@ -1,0 +1,82 @@
+"""Where the parsing of inputs runs: in this process, across local processes, or on a
+Dask cluster.  Every engine returns the same ParsedSources in discovery order, so the
+report is byte-identical whichever ran (tests/test_engines.py checks it).
+
+Only the parse stage is distributed: it is where the bytes are.  Timeline and rules need
+every event together and run here.  Archive members are streams that cannot travel to a
+worker: they are always parsed here.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Iterable
+
+from forensics.parsers.base import ParsedSource
+from forensics.sources import Source
+
+PARALLEL_MIN_BYTES = 32 << 20      # below this, starting processes costs more than it saves
+
+
+def _travels(source: Source) -> bool:
+    return source.is_plain_file or (source.path is not None and source.opener is None and source.data is None)
+
+
+def parse_local(sources: Iterable[Source], parse: Callable[[Source], ParsedSource],
+                on_source=None) -> list[ParsedSource]:
+    out = []
+    for source in sources:
+        out.append(parse(source))
+        if on_source:
+            on_source(source, out[-1])
+    return out
+
+
+def parse_processes(sources: list[Source], parse: Callable[[Source], ParsedSource], workers: int | None = None,
+                    on_source=None) -> list[ParsedSource]:
+    """Large plain files in parallel on the local cores; everything else here."""
+    big = [s for s in sources if _travels(s)]
+    if len(big) < 2 or sum(s.size or 0 for s in big) < PARALLEL_MIN_BYTES:
+        return parse_local(sources, parse, on_source)
+    results: dict[int, Any] = {}
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+        futures = {i: pool.submit(parse, s) for i, s in enumerate(sources) if _travels(s)}
+        for i, source in enumerate(sources):
+            if i not in futures:
+                results[i] = parse(source)
+        for i, future in futures.items():
+            results[i] = future.result()
+    ordered = [results[i] for i in range(len(sources))]
+    if on_source:
+        for source, parsed in zip(sources, ordered):
+            on_source(source, parsed)
+    return ordered
+
+
+def parse_dask(sources: list[Source], parse: Callable[[Source], ParsedSource], scheduler: str | None,
+               on_source=None) -> list[ParsedSource]:
+    """One task per file on a Dask cluster (``scheduler``: its address; None: a local one)."""
+    try:
+        import dask.bag as db
+        from distributed import Client
+    except ImportError as exc:
+        raise RuntimeError("the dask engine needs dask and distributed: pip install 'forensics[dask]'") from exc
+    travelling = [(i, s) for i, s in enumerate(sources) if _travels(s)]
+    results: dict[int, ParsedSource] = {}
+    client = Client(scheduler) if scheduler else Client(processes=False, dashboard_address=None)
+    try:
+        if travelling:
+            bag = db.from_sequence([s for _, s in travelling], npartitions=len(travelling))
+            for (i, _), parsed in zip(travelling, bag.map(parse).compute()):
+                results[i] = parsed
+    finally:
+        client.close()
+    for i, source in enumerate(sources):
+        if i not in results:
+            results[i] = parse(source)
+    ordered = [results[i] for i in range(len(sources))]
+    if on_source:
+        for source, parsed in zip(sources, ordered):
+            on_source(source, parsed)
+    return ordered
