@@ -60,3 +60,20 @@ def test_bad_files_are_listed_not_fatal(tmp_path):
     assert any("binary" in p for p in problems["junk.bin"])
     assert any("invalid UTF-8" in p for p in problems["bad_utf8.log"])
     assert any("truncated ELF" in p for p in problems["fake_core"])
+
+
+def test_user_facing_failures_are_one_clear_sentence(tmp_path):
+    runner = CliRunner()
+    bad = tmp_path / "kb"
+    bad.mkdir()
+    (bad / "broken.toml").write_text("id = 'x'\n[match\n")
+    for args, needle in (
+        (["analyze", str(SAMPLES[0]), "--kb", str(bad)], "not valid TOML"),
+        (["analyze", str(SAMPLES[0]), "--kb", str(tmp_path / "nope")], "not a directory"),
+        (["analyze", str(SAMPLES[0]), "--kind", "bogus"], "is not one of"),
+        (["analyze", "/does/not/exist"], "does not exist"),
+        (["compare", "/does/not/exist"], "does not exist"),
+    ):
+        result = runner.invoke(main, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert needle in result.output and "Traceback" not in result.output

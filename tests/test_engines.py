@@ -6,8 +6,10 @@ from forensics import engines
 from forensics.case import analyze
 from tests.conftest import DATA
 
-BUNDLES = [DATA / "gpu/tp4_oob_write_memcheck", DATA / "gpu/misaligned_address",
-           DATA / "handmade/mnnvl_incident", DATA / "cpu/faulthandler_segv"]
+REPO = DATA.parents[1]
+SAMPLES = sorted(p for p in (REPO / "samples").iterdir() if p.is_dir())
+BUNDLES = SAMPLES + [DATA / "gpu/tp4_oob_write_memcheck", DATA / "gpu/misaligned_address",
+                     DATA / "handmade/mnnvl_incident", DATA / "cpu/faulthandler_segv"]
 
 
 def test_process_pool_gives_the_same_report(monkeypatch):

@@ -23,11 +23,12 @@ def outputs(*extra):
     runner = CliRunner()
     md = runner.invoke(main, ["analyze", str(CORPUS), "--format", "markdown", *extra])
     js = runner.invoke(main, ["analyze", str(CORPUS), "--format", "json", "--redact", "--timeline-limit", "0", *extra])
-    assert md.exit_code == 0 and js.exit_code == 0, (md.output, js.output)
-    return {"markdown": md.output, "json": js.output}
+    page = runner.invoke(main, ["analyze", str(CORPUS), "--format", "html", *extra])
+    assert md.exit_code == 0 and js.exit_code == 0 and page.exit_code == 0, (md.output, js.output)
+    return {"markdown": md.output, "json": js.output, "html": page.output}
 
 
-@pytest.mark.parametrize("fmt", ["markdown", "json"])
+@pytest.mark.parametrize("fmt", ["markdown", "json", "html"])
 def test_no_planted_secret_survives(fmt):
     text = outputs()[fmt]
     leaked = [s for s in SECRETS if s in text]

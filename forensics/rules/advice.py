@@ -141,8 +141,11 @@ class Summary(Rule):
 
     def apply(self, ctx: Context) -> None:
         bits = []
+        if ctx.failure_kind == "startup":
+            bits.append("the server failed while starting")
         if ctx.error:
-            bits.append(f"{ctx.error.name} ({ctx.error.code})")
+            bits.append(f"{ctx.error.name} ({ctx.error.code})"
+                        + ("" if ctx.error.sticky else f": {ctx.error.meaning}"))
             if ctx.surfaces:
                 s = ctx.surfaces[0]
                 where = f"{s.file.rsplit('/', 1)[-1]}:{s.line} {s.function}" if s.file else "a host call"

@@ -29,7 +29,8 @@ class ReportedError(Rule):
         event = sticky_first[0] if sticky_first[0].attrs["cuda_error"].sticky else pool[0]
         ctx.error = event.attrs["cuda_error"]
         ctx.error_event = event
-        ctx.failure_kind = "cuda-error"
+        # out of memory is not a fault: nothing to look for in kernels
+        ctx.failure_kind = "oom" if ctx.error.name == "CUDA_ERROR_OUT_OF_MEMORY" else "cuda-error"
         err = ctx.error
         stickiness = ("sticky: every later CUDA call in that process fails with it, so the "
                       "call that reports it is not where it happened") if err.sticky else "not sticky"

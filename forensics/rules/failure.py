@@ -108,8 +108,14 @@ class FirstFailureRule(Rule):
             basis += f"; ranks {', '.join(map(str, others))} failed later"
         if not tied and not others:
             basis += "; no other rank failed on its own"
+        missing = _missing_ranks(ctx)
+        if missing:
+            basis += (f"; the logs of ranks {', '.join(map(str, missing))} are missing, so one of them "
+                      "may have failed earlier - this cannot be ruled out")
         ctx.first_failure = FirstFailure(rank, pid, event.time, basis, what)
-        if ctx.failure_kind is None:
+        if ctx.environment.get("phase") == "startup":
+            ctx.failure_kind = "startup"
+        elif ctx.failure_kind is None:
             ctx.failure_kind = _failure_kind(event)
         ctx.explain(self, f"Rank {rank} (pid {pid}) failed first: {basis}.")
 
@@ -189,6 +195,15 @@ class RankStatuses(Rule):
         if collateral:
             names = ", ".join(_label(v) for v in collateral)
             ctx.explain(self, f"Collateral: {names} went down because another process failed.")
+
+
+def _missing_ranks(ctx: Context) -> list[int]:
+    """TP ranks the configuration promises but no input shows."""
+    tp = ctx.environment.get("tensor_parallel_size")
+    if not isinstance(tp, int) or tp < 2:
+        return []
+    seen = {p.rank for p in ctx.processes.processes() if p.role == "worker" and p.rank is not None}
+    return [r for r in range(tp) if r not in seen] if seen else []
 
 
 def _collateral_reason(event: Event) -> str:
