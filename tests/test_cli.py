@@ -77,3 +77,16 @@ def test_user_facing_failures_are_one_clear_sentence(tmp_path):
         result = runner.invoke(main, args)
         assert result.exit_code == 2, (args, result.output)
         assert needle in result.output and "Traceback" not in result.output
+
+
+def test_the_installed_package_runs_outside_the_checkout(tmp_path):
+    """README's main command, from another folder: catches data files missing from the
+    installed package (the tests themselves import the source tree)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    sample = REPO / "samples" / "gpu_tp4_oob_del_cumemfree"
+    proc = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(sample), "--format", "json"],
+                          cwd=tmp_path, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr.decode()
+    report = json.loads(proc.stdout)
+    assert report["verdict"]["error"]["code"] == 700
+    assert report["verdict"]["origin"]["kernel"] == "oneshot_allreduce_flag_kernel"
