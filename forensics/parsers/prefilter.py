@@ -31,6 +31,22 @@ MAX_LINE = 1 << 20
 
 
 @functools.lru_cache(maxsize=None)
+def keep_memory_flat() -> None:
+    """Make glibc serve the multi-megabyte block buffers from mmap, always.
+
+    glibc raises its mmap threshold after the first large buffer is freed, so the
+    following 8 MB blocks come from the heap, which fragments: peak RSS then grows with
+    the number of blocks (measured: +30% from 100 MB to 1 GB).  A fixed threshold keeps it
+    flat.  Anything but glibc: nothing to do."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 20)      # M_MMAP_THRESHOLD = 1 MiB (fixed: no dynamic raise)
+    except (OSError, AttributeError):
+        pass
+
+
+@functools.lru_cache(maxsize=None)
 def anchors() -> tuple[bytes, ...]:
     data = knowledge.load("prefilter")
     words = set(data["anchors"]["always"])
@@ -58,6 +74,7 @@ class Scanner:
         self.counted = 0
         self.long_lines = 0
         self._hits = hits
+        keep_memory_flat()
         self._next_hit: int | None = None
         self._base = 0              # absolute offset of the current block
 

@@ -173,6 +173,7 @@ _TERMINATOR = re.compile(rb"\n=========[ \t]*\r?\n")
 def _sanitizer_blocks(stream, sanitizer: SanitizerAssembler, out: ParsedSource):
     """Lines of a long compute-sanitizer log, minus the repeated reports, which go to
     the assembler whole (``feed_repeat``) and are accounted here."""
+    prefilter.keep_memory_flat()
     lineno = 0
     carry = b""
     while True:
