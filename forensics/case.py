@@ -147,24 +147,22 @@ def analyze(*paths: str, kb_dirs: list[str] | None = None,
                                        problems=(f"{source.relpath}: read as {kind} (--kind), not detected",))
         return source
 
-    sources = (forced(s) for s in discover([str(p) for p in flat]))
-    local = lambda s: parse_source(s, parsers)  # noqa: E731 - parsers reused in this process
+    # An archive member is a stream that must be read before the next member is opened:
+    # it is parsed at once, here.  Files are parsed afterwards, by the chosen engine.
+    listed: list = []
+    for source in (forced(s) for s in discover([str(p) for p in flat])):
+        if source.opener is not None:
+            listed.append((source, parse_source(source, parsers)))
+            if on_source is not None:
+                on_source(source, listed[-1][1])
+        else:
+            listed.append(source)
+    files = [x for x in listed if isinstance(x, Source)]
     if engine == "dask":
-        parsed = engines.parse_dask(list(sources), _parse_fresh, scheduler, on_source)
+        done = iter(engines.parse_dask(files, _parse_fresh, scheduler, on_source))
     else:
-        # an archive member is a stream that must be read before the next member is
-        # opened: it is parsed at once, here; files are parsed afterwards, maybe in parallel
-        listed: list = []
-        for source in sources:
-            if source.opener is not None:
-                listed.append((source, local(source)))
-                if on_source is not None:
-                    on_source(source, listed[-1][1])
-            else:
-                listed.append(source)
-        plain = [x for x in listed if isinstance(x, Source)]
-        done = iter(engines.parse_processes(plain, _parse_fresh, on_source=on_source))
-        parsed = [next(done) if isinstance(x, Source) else x[1] for x in listed]
+        done = iter(engines.parse_processes(files, _parse_fresh, on_source=on_source))
+    parsed = [next(done) if isinstance(x, Source) else x[1] for x in listed]
     events = timeline.order([p.events for p in parsed])
     current = [e for e in events if not e.attrs.get("earlier_run")]
     table = timeline.ProcessTable.learn(current)

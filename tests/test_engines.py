@@ -42,3 +42,19 @@ def test_cli_dask_engine_and_cold_start(tmp_path):
     dask = subprocess.run([sys.executable, "-m", "forensics", "analyze", str(sample), "--format", "json",
                            "--engine", "dask"], capture_output=True, check=True).stdout
     assert local == dask
+
+
+def test_dask_engine_with_an_archive(tmp_path):
+    pytest.importorskip("distributed")
+    import tarfile
+    archive = tmp_path / "bundle.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(DATA / "gpu/tp4_oob_write_del_cumemfree", arcname="run1")
+    local = analyze(str(tmp_path)).to_json()
+    assert json_verdict(local)["error"]["code"] == 700          # members parsed as streams
+    assert analyze(str(tmp_path), engine="dask").to_json() == local
+
+
+def json_verdict(text):
+    import json
+    return json.loads(text)["verdict"]
