@@ -1,7 +1,5 @@
 """The Markdown report: GitHub-ready shape and the 65,536-character budget."""
 
-import re
-
 from forensics.case import analyze
 from forensics.report.markdown import GITHUB_LIMIT, render
 from tests.conftest import DATA

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from forensics.case import analyze
-from tests.conftest import DATA, copy_without_answers, truth_of
+from tests.conftest import DATA
 
 try:
     import tomllib

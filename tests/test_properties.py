@@ -19,10 +19,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forensics.case import analyze
 from forensics.events import Kind
 from forensics.parsers import kernel_log
-from forensics.parsers.text import TextLogParser
 from forensics.parsers.traceback import TracebackAssembler, parse_block
 from forensics.parsers.vllm_log import LineParser
 from forensics.redact import Redactor

@@ -1,7 +1,5 @@
 """grammars/python_traceback.lark and the per-process assembler, on real tracebacks."""
 
-from pathlib import Path
-
 from forensics.parsers.traceback import TracebackAssembler, parse_block
 from tests.conftest import RECORDINGS
 

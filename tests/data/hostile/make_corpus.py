@@ -6,7 +6,6 @@ Each file's expected problem line is in expected.toml; tests/test_hostile.py che
 
 import gzip
 import io
-import os
 import random
 import struct
 import tarfile
