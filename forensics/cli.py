@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 
 from forensics import __version__
 from forensics.kinds import FORCEABLE
@@ -102,6 +101,7 @@ def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str |
             out.write(render_html(case, redact=redact))
         else:
             from forensics.report.terminal import render
+            from rich.console import Console
             console = Console(file=out, width=_width(out)) if output else Console(width=_width(out))
             render(case, console, explain=explain or verbose, quiet=quiet, verbose=verbose)
     finally:
@@ -136,6 +136,7 @@ def compare(runs: tuple[str, ...], fmt: str, kb_dirs: tuple[str, ...]) -> None:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
         return
     from forensics.report.terminal import render_comparison
+    from rich.console import Console
     render_comparison(result, Console(width=_width(sys.stdout)))
 
 
@@ -195,6 +196,7 @@ def timeline(paths, ranks, kinds, severity, since, until, csv_path, jsonl_path, 
         click.echo(f"{len(frame)} events written.", err=True)
         return
     from forensics.report.terminal import render_timeline
+    from rich.console import Console
     render_timeline(frame, Console(width=_width(sys.stdout)), limit=limit or None)
 
 
@@ -208,6 +210,7 @@ def _progress(paths, enabled: bool):
     if not enabled or total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
                   console=Console(stderr=True), transient=True) as progress:

@@ -10,7 +10,6 @@ worker: they are always parsed here.
 from __future__ import annotations
 
 import os
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Iterable
 
 from forensics.parsers.base import ParsedSource
@@ -39,6 +38,8 @@ def parse_processes(sources: list[Source], parse: Callable[[Source], ParsedSourc
     big = [s for s in sources if _travels(s)]
     if len(big) < 2 or sum(s.size or 0 for s in big) < PARALLEL_MIN_BYTES:
         return parse_local(sources, parse, on_source)
+    from concurrent.futures import ProcessPoolExecutor    # only when there is work to share
+
     results: dict[int, Any] = {}
     with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         futures = {i: pool.submit(parse, s) for i, s in enumerate(sources) if _travels(s)}
