@@ -76,6 +76,14 @@ class FrozenAttrs(dict):
         raise TypeError("unhashable: FrozenAttrs")
 
 
+def as_int(value: Any) -> int | None:
+    """An event attribute as an int (they arrive as text from the grammars), or None."""
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
 def freeze(attrs: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return FrozenAttrs(attrs or {})
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from forensics import knowledge
-from forensics.events import Event, Kind
+from forensics.events import Event, Kind, as_int
 
 ROLE_PRIORITY = {"worker": 0, "engine-core": 1, "api-server": 2}
 
@@ -44,8 +44,8 @@ class ProcessTable:
             for event in events:
                 if event.attrs.get("message_id") != message_id:
                     continue
-                pid = _int(event.attrs.get("subject_pid")) or event.pid
-                rank = _int(event.attrs.get("rank"))
+                pid = as_int(event.attrs.get("subject_pid")) or event.pid
+                rank = as_int(event.attrs.get("rank"))
                 if pid is not None and rank is not None:
                     info = table._info(pid)
                     info.sources.add(event.source)
@@ -55,7 +55,7 @@ class ProcessTable:
                     info.role = info.role or "worker"
         for event in events:
             subject = event.attrs.get("subject_process")
-            pid = _int(event.attrs.get("subject_pid"))
+            pid = as_int(event.attrs.get("subject_pid"))
             if subject and pid is not None:
                 table._from_name(pid, subject, event.source)
         return table
@@ -162,9 +162,3 @@ def failure_kinds() -> set[str]:
     return {Kind.CUDA_ERROR, Kind.DEVICE_ASSERT, Kind.XID, Kind.OOM, Kind.FATAL_SIGNAL,
             Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP}
 
-
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from forensics import knowledge
-from forensics.events import Event, Kind, Severity, freeze
+from forensics.events import Event, Kind, Severity, as_int, freeze
 from forensics.parsers import kernel_log, prefilter
 from forensics.parsers import traceback as tb
 from forensics.parsers.base import ParsedSource
@@ -235,7 +235,7 @@ def _line_event(line: LogLine, relpath: str, lineno: int, seq: int) -> Event | N
         process = line.process
         if pid is None and entry.kind in (Kind.EXIT, Kind.XID, Kind.OOM, Kind.FATAL_SIGNAL) and "subject_pid" in groups:
             # A line about a process written by no process of ours: file it under its subject.
-            pid = _int(groups["subject_pid"])
+            pid = as_int(groups["subject_pid"])
             process = groups.get("subject_process", process)
         if entry.kind == Kind.CUDA_ERROR or "CUDA error" in line.message:
             err = knowledge.find_cuda_error(line.message)
@@ -317,12 +317,6 @@ def _dominant_kind(forms: dict[str, int], events: list[Event]) -> str:
     return "text"
 
 
-def _int(value) -> int | None:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
 
 # --- after the last line: times and the file's own process ---------------------------------
 
@@ -350,7 +344,7 @@ def _fill_single_process(events: list[Event]) -> list[Event]:
     """A per-rank log without prefixes: its identity line names the pid for all its lines."""
     if any(e.process for e in events):
         return events
-    pids = {_int(e.attrs.get("subject_pid")) for e in events
+    pids = {as_int(e.attrs.get("subject_pid")) for e in events
             if e.kind == Kind.PROCESS_IDENTITY and e.attrs.get("subject_pid")}
     if len(pids) != 1:
         return events

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from forensics import knowledge
-from forensics.events import Event, Frame, Kind
+from forensics.events import Event, Frame, Kind, as_int
 from forensics.rules.base import Context, Rule, Surface
 
 
@@ -92,7 +92,7 @@ def surface_of(event: Event) -> Surface:
     if chain:
         how = f"unraisable exception in {event.attrs.get('unraisable_in')}" if event.attrs.get("unraisable") else "raised"
     file = site.file if site else event.attrs.get("file")
-    line = site.line if site else _int(event.attrs.get("line"))
+    line = site.line if site else as_int(event.attrs.get("line"))
     return Surface(rank=event.rank, pid=event.pid, api=api, file=file, line=line,
                    function=site.function if site else event.attrs.get("function"), time=event.time,
                    source=event.where, exception=exception,
@@ -132,9 +132,3 @@ def pick_site(frames: tuple[Frame, ...]) -> tuple[str | None, Frame | None]:
             return None, frame
     return None, frames[-1] if frames else None
 
-
-def _int(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None

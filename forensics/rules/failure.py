@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forensics.events import Event, Kind, Severity
+from forensics.events import Event, Kind, Severity, as_int
 from forensics.rules.base import Context, FirstFailure, RankVerdict, Rule
 
 # A process's own failure (as opposed to noticing someone else's).
@@ -85,7 +85,7 @@ class FirstFailureRule(Rule):
             elif event.kind == Kind.WORKER_DIED:
                 pid = ctx.processes.pid_of_name(event.attrs.get("subject_process"))
                 rank = ctx.processes.rank_of(pid) if pid else _rank_from_name(event.attrs.get("subject_process"))
-                code = _int(event.attrs.get("exit_code"))
+                code = as_int(event.attrs.get("exit_code"))
                 candidates.append((event, pid, rank, _death(event.attrs.get("subject_process"), code)))
         if not candidates:
             # an exception traceback is a failure of its own too, when nothing better exists
@@ -182,7 +182,7 @@ class RankStatuses(Rule):
             elif own:
                 verdict.status = "unknown"
                 verdict.failure = _describe(own[0])
-            elif any(e.kind == Kind.SHUTDOWN and e.attrs.get("subject_pid") and _int(e.attrs["subject_pid"]) == info.pid
+            elif any(e.kind == Kind.SHUTDOWN and e.attrs.get("subject_pid") and as_int(e.attrs["subject_pid"]) == info.pid
                      for e in ctx.events):
                 verdict.status = "collateral"
                 verdict.failure = "killed by the server's shutdown after the failure"
@@ -224,7 +224,7 @@ def _label(v: RankVerdict) -> str:
 def _exit_codes(ctx: Context) -> dict[int, int]:
     codes: dict[int, int] = {}
     for event in ctx.of_kind(Kind.EXIT):
-        code = _int(event.attrs.get("exit_code"))
+        code = as_int(event.attrs.get("exit_code"))
         if event.pid is not None and code is not None:
             codes.setdefault(event.pid, code)
     for pid, code in _killed(ctx).items():
@@ -237,7 +237,7 @@ def _killed(ctx: Context) -> dict[int, int]:
     out = {}
     for event in ctx.of_kind(Kind.WORKER_DIED):
         pid = ctx.processes.pid_of_name(event.attrs.get("subject_process"))
-        code = _int(event.attrs.get("exit_code"))
+        code = as_int(event.attrs.get("exit_code"))
         if pid is not None and code is not None:
             out[pid] = code
     return out
@@ -287,9 +287,3 @@ def _time_of_pid(ctx: Context, pid: int | None):
             return event.time
     return None
 
-
-def _int(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from forensics import knowledge
-from forensics.events import Event, Kind
+from forensics.events import Event, Kind, as_int
 from forensics.rules.base import Context, Origin, Rule
 
 STRONG_KINDS = (Kind.CORE_DUMP, Kind.SANITIZER, Kind.CUDA_GDB)
@@ -127,7 +127,7 @@ class DeviceOrigin(Rule):
             notes.append(f"kernel taken from the process's own log ({hint.where}), circumstantial")
         if len(pids) > 1:
             notes.append(f"Xid lines name several pids ({', '.join(map(str, sorted(pids)))})")
-        entry = xid_catalogue().get(_int(xid.attrs.get("xid")), {})
+        entry = xid_catalogue().get(as_int(xid.attrs.get("xid")), {})
         fault = f"Xid {xid.attrs.get('xid')} {entry.get('name', '')}".strip()
         address, access = _xid_address(xid.attrs.get("body", ""))
         if access:
@@ -214,7 +214,7 @@ def normalise(kernel: str) -> str:
 
 
 def _app_fault_xid(event: Event) -> bool:
-    return bool(xid_catalogue().get(_int(event.attrs.get("xid")), {}).get("app_fault"))
+    return bool(xid_catalogue().get(as_int(event.attrs.get("xid")), {}).get("app_fault"))
 
 
 def _kernel_named_in_logs(ctx: Context, pid: int | None) -> tuple[str | None, Event | None]:
@@ -248,9 +248,3 @@ def _xid_address(body: str) -> tuple[str | None, str | None]:
 def _evidence(event: Event) -> dict:
     return {"kind": event.kind, "source": event.where, "text": event.message[:300]}
 
-
-def _int(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
