@@ -119,6 +119,14 @@ def _ranks_table(case: "Case") -> Table:
 def _timeline_table(case: "Case", rows: int) -> Table:
     chosen = [e for e in case.events if e.kind in TIMELINE_KINDS_ALWAYS or e.severity >= Severity.ERROR]
     chosen = [e for e in chosen if e.kind not in (Kind.LOG, Kind.EXIT)]
+    # a per-rank log repeats what the server console relayed: show each event once
+    seen, unique = set(), []
+    for e in chosen:
+        key = (e.pid, e.kind, e.message, e.time)
+        if key not in seen:
+            seen.add(key)
+            unique.append(e)
+    chosen = unique
     if len(chosen) > rows:
         # The window that matters: from just before the first failure on.
         first = next((i for i, e in enumerate(chosen) if e.kind in TIMELINE_FAILURE), 0)
