@@ -22,6 +22,7 @@ MAX_MEMBER_BYTES = 8 << 30          # expanded size of one member
 MAX_TOTAL_BYTES = 32 << 30          # expanded size of one archive
 MAX_RATIO = 200                     # expanded / compressed, per zip member
 MAX_DEPTH = 2                       # an archive inside an archive, no deeper
+MAX_NESTED_ZIP_BYTES = 64 << 20     # a zip inside an archive must fit in memory: cap it
 
 
 class ArchiveLimitError(OSError):
@@ -132,9 +133,15 @@ def _zip_members(archive: Source, depth: int) -> Iterator[Source]:
     if archive.is_plain_file:
         handle = open(archive.path, "rb")  # noqa: SIM115
     else:
-        # a zip needs random access: a member zip is small enough to hold (capped)
+        # a zip needs random access: a zip inside an archive is held in memory, so only
+        # a small one is read
         with archive.open_binary() as raw:
-            handle = io.BytesIO(raw.read(MAX_MEMBER_BYTES // 8))
+            held = raw.read(MAX_NESTED_ZIP_BYTES + 1)
+        if len(held) > MAX_NESTED_ZIP_BYTES:
+            yield _skipped(archive, "", f"a zip inside an archive larger than {MAX_NESTED_ZIP_BYTES >> 20} MiB; "
+                                        "extract it and give it to forensics directly")
+            return
+        handle = io.BytesIO(held)
     total = 0
     with handle, zipfile.ZipFile(handle) as zf:
         infos = zf.infolist()

@@ -79,3 +79,24 @@ def test_nothing_is_written_outside_the_output(tmp_path):
     after = set(Path("/tmp").iterdir()) if Path("/tmp").exists() else set()
     assert not any(p.name in ("evil.log", "outside.log", "absolute.log") for p in after - before)
     assert not Path("/etc/cron.d/evil.log").exists()
+
+
+def test_a_zip_inside_a_tar_is_read_and_capped(tmp_path, monkeypatch):
+    import io
+    import tarfile
+    import zipfile
+
+    from forensics import archives
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as zf:
+        zf.writestr("server.log", GOOD.read_text())
+    with tarfile.open(tmp_path / "bundle.tar", "w") as tar:
+        info = tarfile.TarInfo("inner.zip")
+        info.size = len(inner.getvalue())
+        tar.addfile(info, io.BytesIO(inner.getvalue()))
+    case = analyze(str(tmp_path))
+    assert [s.relpath for s in case.sources] == ["bundle.tar!inner.zip!server.log"]
+    assert case.context.error.code == 700
+    monkeypatch.setattr(archives, "MAX_NESTED_ZIP_BYTES", 100)      # held in memory: capped
+    case = analyze(str(tmp_path))
+    assert any("zip inside an archive larger than" in p for s in case.sources for p in s.problems)

@@ -51,8 +51,8 @@ class SurfacePoints(Rule):
     def apply(self, ctx: Context) -> None:
         per_pid: dict = {}
         for event in ctx.of_kind(Kind.CUDA_ERROR):
-            key = event.pid if event.pid is not None else ("site", surface_of(event).file, surface_of(event).line)
             surface = surface_of(event)
+            key = event.pid if event.pid is not None else ("site", surface.file, surface.line)
             first = per_pid.get(key)
             if first is None:
                 per_pid[key] = surface
