@@ -1,76 +1,43 @@
-"""The pipeline end to end: sources -> parsers -> events -> timeline -> rules -> Case.
+"""The pipeline end to end: inputs -> parsers -> events -> timeline -> rules -> Case.
 
-``analyze(paths)`` is the Python API (notebooks live on it); the CLI is a thin shell
-around it.  A ``Case`` holds everything a renderer needs and nothing renders here.
+``analyze(paths)`` runs it; the CLI and the Python API (forensics/api.py) are thin
+shells around it.  A ``Case`` holds what the analysis found; it renders nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 
 if TYPE_CHECKING:
     import pandas as pd
 
 from forensics import engines, kb, rules, timeline
-from forensics.kinds import FORCEABLE
 from forensics.events import Event
+from forensics.inputs.sources import Source, Walk, discover
+from forensics.parsers import registry
 from forensics.parsers.base import ParsedSource
-from forensics.rules.base import Context
-from forensics.sources import Source, discover
+from forensics.rules import Evidence, SourceFacts
+from forensics.verdict import Verdict
 
-SCHEMA = "forensics.report/1"
-TOOL_KINDS = {"compute-sanitizer", "compute-sanitizer-xml", "cuda-gdb"}
-
-
-def _text_parser():
-    from forensics.parsers.text import TextLogParser
-    return TextLogParser()
+TOOL_FORMATS = {"compute-sanitizer", "cuda-gdb"}
 
 
-def _cuda_gdb_parser():
-    from forensics.parsers.cuda_gdb import CudaGdbParser
-    return CudaGdbParser()
-
-
-def _cuda_coredump_parser():
-    from forensics.parsers.nvcudmp import CudaCoredumpParser
-    return CudaCoredumpParser()
-
-
-def _elf_core_parser():
-    from forensics.parsers.elfcore import ElfCoreParser
-    return ElfCoreParser()
-
-
-def _sanitizer_xml_parser():
-    from forensics.parsers.sanitizer_xml import SanitizerXmlParser
-    return SanitizerXmlParser()
-
-
-# kind -> factory of an object with .parse(Source) -> ParsedSource
-PARSERS: dict[str, Callable[[], Any]] = {
-    "text": _text_parser,
-    "compute-sanitizer": _text_parser,    # sanitizer reports are blocks inside text
-    "cuda-gdb": _cuda_gdb_parser,
-    "compute-sanitizer-xml": _sanitizer_xml_parser,
-    "cuda-coredump": _cuda_coredump_parser,
-    "elf-core": _elf_core_parser,
-}
-
-
-def register(kind: str, factory: Callable[[], Any]) -> None:
-    PARSERS[kind] = factory
+class NothingToAnalyse(ValueError):
+    """No input could be read: the message says what was given and why nothing was read."""
 
 
 @dataclass
 class Case:
+    """What one analysis found: its inputs, every event, and the verdict."""
+
     sources: list[ParsedSource]
     events: list[Event]
-    context: Context
-    _frame: Any = field(repr=False, default=None)
+    verdict: Verdict
+    processes: timeline.ProcessTable
+    walk: Walk = field(default_factory=Walk)
+    _frame: Any = field(default=None, repr=False)
 
     @property
     def timeline(self) -> "pd.DataFrame":
@@ -79,96 +46,99 @@ class Case:
             self._frame = timeline.dataframe(self.events)
         return self._frame
 
-    @property
-    def verdict(self) -> dict:
-        return self.to_dict()["verdict"]
-
-    def to_dict(self, timeline_limit: int | None = 400, redact: bool = False) -> dict:
-        from forensics.report.json_report import build
-        report = build(self, timeline_limit=timeline_limit)
-        if redact:
-            from forensics.redact import Redactor
-            redactor = Redactor()
-            report = redactor.data(report)
-            report["redaction"] = {"enabled": True, "counts": redactor.summary()}
-        else:
-            report["redaction"] = {"enabled": False, "counts": {}}
-        return report
-
-    def to_json(self, indent: int | None = 2, timeline_limit: int | None = 400, redact: bool = False) -> str:
-        return json.dumps(self.to_dict(timeline_limit, redact), indent=indent, default=str)
+    def __repr__(self) -> str:
+        return f"<Case {len(self.sources)} inputs, {len(self.events)} events: {self.verdict.headline}>"
 
 
-def parse_source(source: Source, parsers: dict[str, Any]) -> ParsedSource:
-    """One source -> its events; a parser failure becomes a problem, never a crash."""
-    if source.problems and source.kind == "unknown":
+def parse_source(source: Source) -> ParsedSource:
+    """One source -> its events.  A reader that raises on malformed content is a bug:
+    it is reported as a problem line (this input only) and the analysis goes on."""
+    if not source.readable:
         return ParsedSource(source.relpath, "unknown", lines=None, unparsed_lines=None,
-                            problems=list(source.problems))
-    factory = PARSERS.get(source.kind)
-    if factory is None:
+                            problems=list(source.problems), size=source.size)
+    reader = registry.reader_for(source.kind)
+    if reader is None:
         return ParsedSource(source.relpath, source.kind, lines=None, unparsed_lines=None,
-                            problems=[f"{source.relpath}: {source.kind} input recognised, but no "
-                                      "parser for it is installed"])
-    parser = parsers.setdefault(source.kind, factory())
+                            problems=[f"{source.relpath}: no reader for {source.kind}"], size=source.size)
     try:
-        parsed = parser.parse(source)
+        parsed = reader.parse(source)
     except Exception as exc:  # noqa: BLE001 - one bad input must not stop the others
-        parsed = ParsedSource(source.relpath, source.kind, lines=None, unparsed_lines=None,
-                              problems=[f"{source.relpath}: parser failed ({type(exc).__name__}: {exc}); "
-                                        "input skipped - please report this with the file"])
+        parsed = ParsedSource(source.relpath, source.kind, lines=None, unparsed_lines=None, size=source.size,
+                              problems=[f"{source.relpath}: the reader failed ({type(exc).__name__}: {exc}); "
+                                        "this input was skipped - please report it with the file"])
     parsed.problems[:0] = [p for p in source.problems if p not in parsed.problems]
     if source.compression:
         parsed.problems.append(f"read through {source.compression} decompression")
     return parsed
 
 
-def _parse_fresh(source: Source) -> ParsedSource:
-    """parse_source with its own parser instances (for worker processes)."""
-    return parse_source(source, {})
+def analyze(*paths, kb_dirs: list[str] | None = None, on_source: Callable[[Source, ParsedSource], None] | None = None,
+            kind: str | None = None, engine: str = "local", scheduler: str | None = None,
+            follow_links: bool = False, stdin: BinaryIO | None = None) -> Case:
+    """Analyse files, folders (recursively) or ``-`` (stdin); returns a Case.
 
-
-def analyze(*paths: str, kb_dirs: list[str] | None = None,
-            on_source: Callable[[Source, ParsedSource], None] | None = None,
-            kind: str | None = None, engine: str = "local", scheduler: str | None = None) -> Case:
-    """Analyse files, directories (recursively) or ``-`` (stdin); returns a Case.
-
-    ``kb_dirs``: folders of extra known-issue entries (``--kb``), added to the built-in ones.
-    ``on_source``: called after each input is parsed (progress display).
-    ``kind``: read every input as this format instead of detecting it (see FORCEABLE).
-    ``engine``: "local" (this machine's cores) or "dask" (``scheduler`` address, or a
-    local cluster); the report is the same either way."""
-    flat = [p for group in paths for p in ([group] if isinstance(group, str) else list(group))]
-    parsers: dict[str, Any] = {}
+    Raises NothingToAnalyse when nothing given can be read (missing paths, empty
+    folders, only binary files), KnowledgeBaseError for a bad ``kb_dirs`` entry."""
+    flat = [str(p) for group in paths for p in ([group] if isinstance(group, (str, bytes)) or not
+                                                hasattr(group, "__iter__") else list(group))]
+    if not flat:
+        raise NothingToAnalyse("nothing to analyse: give a folder, files, or - for stdin")
+    entries = kb.load_dirs(kb_dirs) if kb_dirs else None
+    walk = Walk()
 
     def forced(source: Source) -> Source:
-        readable = source.path is not None or source.data is not None or source.opener is not None
-        if kind is not None and readable and not source.kind.startswith("archive-"):
-            return dataclasses.replace(source, kind=FORCEABLE[kind],
-                                       problems=(f"{source.relpath}: read as {kind} (--kind), not detected",))
-        return source
+        if kind is None or not source.readable or source.kind.startswith("archive-"):
+            return source
+        reader = registry.FORCEABLE[kind]
+        return dataclasses.replace(source, kind=reader, forced=kind,
+                                   problems=source.problems + (f"{source.relpath}: read as {kind} (--kind)",))
 
-    # An archive member is a stream that must be read before the next member is opened:
-    # it is parsed at once, here.  Files are parsed afterwards, by the chosen engine.
+    # A stream (stdin, an archive member) must be read before the next one opens: it is
+    # parsed at once, here.  Files are parsed afterwards, by the chosen engine.
     listed: list = []
-    for source in (forced(s) for s in discover([str(p) for p in flat])):
+    for source in (forced(s) for s in discover(flat, follow_links=follow_links, walk=walk, stdin=stdin)):
         if source.opener is not None:
-            listed.append((source, parse_source(source, parsers)))
+            listed.append((source, parse_source(source)))
             if on_source is not None:
                 on_source(source, listed[-1][1])
         else:
             listed.append(source)
     files = [x for x in listed if isinstance(x, Source)]
     if engine == "dask":
-        done = iter(engines.parse_dask(files, _parse_fresh, scheduler, on_source))
+        done = iter(engines.parse_dask(files, parse_source, scheduler, on_source))
     else:
-        done = iter(engines.parse_processes(files, _parse_fresh, on_source=on_source))
+        done = iter(engines.parse_processes(files, parse_source, on_source=on_source))
     parsed = [next(done) if isinstance(x, Source) else x[1] for x in listed]
+    _refuse_if_empty(flat, parsed)
+    return analyze_parsed(parsed, entries, walk)
+
+
+def analyze_parsed(parsed: list[ParsedSource], kb_entries=None, walk: Walk | None = None) -> Case:
+    """The stages after parsing: timeline, identities, rules."""
     events = timeline.order([p.events for p in parsed])
+    events, notes = timeline.set_aside_earlier_runs(events)
     current = [e for e in events if not e.attrs.get("earlier_run")]
     table = timeline.ProcessTable.learn(current)
     events = [table.resolve(e) for e in events]
-    current = [e for e in events if not e.attrs.get("earlier_run")]
-    tool_sources = {p.relpath for p in parsed if p.kind in TOOL_KINDS}
-    entries = kb.load_dirs(kb_dirs) if kb_dirs else None
-    ctx = rules.run(Context(events=current, processes=table, tool_sources=tool_sources, kb_entries=entries))
-    return Case(sources=parsed, events=events, context=ctx)
+    current = tuple(e for e in events if not e.attrs.get("earlier_run"))
+    facts = tuple(SourceFacts(p.relpath, p.kind, tuple(p.formats), bool(set(p.formats) & TOOL_FORMATS))
+                  for p in parsed)
+    traffic = tuple(t for p in parsed for t in p.traffic)
+    evidence = Evidence(events=current, processes=table, sources=facts, kb_entries=tuple(kb_entries or ()),
+                        traffic=traffic, notes=tuple(notes))
+    verdict = rules.run(evidence)
+    return Case(sources=parsed, events=events, verdict=verdict, processes=table, walk=walk or Walk())
+
+
+def _refuse_if_empty(given: list[str], parsed: list[ParsedSource]) -> None:
+    readable = [p for p in parsed if p.kind != "unknown" and (p.lines or p.events or p.lines is None and p.kind != "unknown")]
+    if any((p.lines or 0) > 0 or p.events for p in readable):
+        return
+    problems = [q for p in parsed for q in p.problems]
+    what = ", ".join(given)
+    if not parsed:
+        raise NothingToAnalyse(f"nothing to analyse in {what}: no files found")
+    if problems:
+        raise NothingToAnalyse(f"nothing readable in {what}: {problems[0]}"
+                               + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    raise NothingToAnalyse(f"nothing to analyse in {what}: every input is empty")

@@ -1,119 +1,180 @@
-"""Command line: ``forensics analyze PATH...``.
+"""Command line: ``forensics analyze PATH...`` and friends.
 
-Exit codes: 0 analysed (whatever the verdict), 2 usage error (bad option, nothing to
-read), 1 unexpected internal error (with --debug, the traceback).
+Exit codes: 0 analysed (whatever the verdict, unless --exit-code), 2 usage error
+(a bad option, nothing readable in what was given, an unwritable -o, a broken --kb
+entry), 3 a failure was found (only with --exit-code), 1 internal error (with --debug,
+the traceback).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import stat
 import sys
 from pathlib import Path
 
 import click
 
 from forensics import __version__
-from forensics.kinds import FORCEABLE
 
-EXIT_OK, EXIT_INTERNAL, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_FAILURE_FOUND = 0, 1, 2, 3
+FORMATS = ("terminal", "json", "markdown", "html")
+
+
+def _forceable() -> list[str]:
+    from forensics.parsers.registry import FORCEABLE
+    return sorted(FORCEABLE)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="forensics")
 def main() -> None:
-    """Explain why a multi-GPU inference server died.
+    """Explain why a multi-GPU inference server or job died.
 
     \b
     Example:
       forensics analyze logs/            # every file under logs/, any format
-      forensics analyze logs/ --format json > report.json
+      kubectl logs vllm-0 --timestamps | forensics analyze -
     """
 
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "markdown", "html"]), default="terminal",
-              show_default=True, help="Report format (markdown: ready to paste into a GitHub issue; "
-                                      "html: one self-contained page with an interactive timeline).")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="terminal", show_default=True,
+              help="Report format (markdown: ready to paste into a GitHub issue; html: one self-contained page).")
 @click.option("--redact/--no-redact", default=None,
-              help="Redact secrets, hosts, IPs, user names and request contents. "
-                   "Default: on for markdown and html, off for terminal and json.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True),
-              help="Write the report to this file instead of stdout.")
+              help="Redact secrets, hosts, IPs, user names and request contents. Default: on for markdown and "
+                   "html, off for terminal and json.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="Write the report to this file instead of stdout (checked before the analysis starts).")
+@click.option("--title-file", type=click.Path(dir_okay=False),
+              help="Markdown: write the suggested issue title to this file and leave it out of the body "
+                   "(gh issue create --title \"$(cat TITLE)\" --body-file REPORT).")
 @click.option("--explain", is_flag=True, help="Show how each rule reached its conclusion.")
 @click.option("--timeline-limit", type=int, default=400, show_default=True,
               help="Most timeline entries in the JSON report (0: all).")
 @click.option("--kb", "kb_dirs", multiple=True, type=click.Path(),
               help="A folder of extra known-issue entries (*.toml); may be repeated.")
-@click.option("--kind", type=click.Choice(sorted(FORCEABLE)),
-              help="Read every input as this format instead of detecting it.")
+@click.option("--kind", help="Read every input as this format instead of recognising it (see forensics formats).")
+@click.option("--follow-links", is_flag=True, help="Follow symbolic links that lead outside the folders given.")
 @click.option("--engine", type=click.Choice(["local", "dask"]), default="local", show_default=True,
               help="Where inputs are parsed: this machine's cores, or a Dask cluster.")
-@click.option("--scheduler", help="Dask scheduler address (tcp://host:8786); default: a local cluster.")
+@click.option("--scheduler", help="Dask scheduler address (tcp://host:8786); needs --engine dask.")
+@click.option("--exit-code", "exit_code", is_flag=True,
+              help=f"Exit with {EXIT_FAILURE_FOUND} when a failure is found (for scripts and CI).")
 @click.option("-q", "--quiet", is_flag=True, help="Terminal: the verdict only; no progress bar.")
-@click.option("-v", "--verbose", is_flag=True,
-              help="Terminal: also how each rule decided and samples of unparsed lines.")
+@click.option("-v", "--verbose", is_flag=True, help="Terminal: also how each rule decided.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks of internal errors.")
-def analyze(paths: tuple[str, ...], fmt: str, redact: bool | None, output: str | None, explain: bool,
-            timeline_limit: int, kb_dirs: tuple[str, ...], kind: str | None, engine: str,
-            scheduler: str | None, quiet: bool, verbose: bool, debug: bool) -> None:
-    """Analyse crash evidence: directories (recursively), files, or - for stdin.
+def analyze(paths, fmt, redact, output, title_file, explain, timeline_limit, kb_dirs, kind, follow_links, engine,
+            scheduler, exit_code, quiet, verbose, debug) -> None:
+    """Analyse crash evidence: folders (recursively), files, archives, or - for stdin.
 
     \b
     Examples:
       forensics analyze samples/gpu_tp4_oob_del_cumemfree
       kubectl logs vllm-0 --timestamps | forensics analyze -
-      forensics analyze run1/ dmesg.txt sanitizer.*.log --format json -o report.json
+      forensics analyze run1/ dmesg.txt --format markdown -o issue.md --title-file title.txt
     """
-    missing = [p for p in paths if p != "-" and not Path(p).exists()]
-    if missing and len(missing) == len(paths):
-        raise click.UsageError(f"nothing to analyse: {', '.join(missing)} does not exist. "
-                               "Give a folder or files collected from the crashed server.")
-    from forensics.case import analyze as run_analysis
+    if kind is not None and kind not in _forceable():
+        raise click.UsageError(f"--kind {kind!r} is not a format; use one of: {', '.join(_forceable())}")
+    if scheduler and engine != "dask":
+        raise click.UsageError("--scheduler needs --engine dask")
+    if title_file and fmt != "markdown":
+        raise click.UsageError("--title-file is for --format markdown")
+    _check_output(output, paths)
+    _check_output(title_file, paths)
+    if "-" in paths and sys.stdin.isatty():
+        click.echo("forensics: reading the log from the terminal: paste it, then press Ctrl-D "
+                   "(or pipe it: kubectl logs POD | forensics analyze -)", err=True)
+    from forensics.case import NothingToAnalyse, analyze as run_analysis
+    from forensics.engines import EngineUnavailable
     from forensics.kb import KnowledgeBaseError
     try:
-        with _progress(paths, enabled=not quiet) as on_source:
-            case = run_analysis(*paths, kb_dirs=list(kb_dirs), on_source=on_source, kind=kind,
-                                engine=engine, scheduler=scheduler)
-    except KnowledgeBaseError as exc:
+        with _progress(paths, enabled=not quiet and fmt == "terminal") as on_source:
+            case = run_analysis(*paths, kb_dirs=list(kb_dirs), on_source=on_source, kind=kind, engine=engine,
+                                scheduler=scheduler, follow_links=follow_links)
+    except (KnowledgeBaseError, EngineUnavailable) as exc:
         raise click.UsageError(str(exc)) from None
-    except RuntimeError as exc:
-        if debug or "dask" not in str(exc):
-            raise
-        raise click.UsageError(str(exc)) from None
+    except NothingToAnalyse as exc:
+        click.echo(f"forensics: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001
         if debug:
             raise
         click.echo(f"forensics: internal error: {type(exc).__name__}: {exc}. "
                    "Re-run with --debug and report it with the inputs.", err=True)
         sys.exit(EXIT_INTERNAL)
-    out = open(output, "w", encoding="utf-8") if output else sys.stdout  # noqa: SIM115
+    _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose, timeline_limit)
+    if exit_code and case.verdict.failed:
+        sys.exit(EXIT_FAILURE_FOUND)
+
+
+def _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose, timeline_limit) -> None:
+    from forensics.report import REPORTERS, Options, render
+    from forensics.report.document import build
+    if redact is None:
+        redact = REPORTERS[fmt].redact_by_default
+    document = build(case, None if fmt == "html" or not timeline_limit else timeline_limit)
+    options = Options(redact=redact, explain=explain, quiet=quiet, verbose=verbose, title_separately=bool(title_file))
     try:
-        if redact is None:
-            redact = fmt in ("markdown", "html")
-        if fmt == "json":
-            out.write(case.to_json(timeline_limit=timeline_limit or None, redact=redact) + "\n")
-        elif fmt == "markdown":
-            from forensics.report.markdown import render as render_markdown
-            out.write(render_markdown(case, redact=redact))
-        elif fmt == "html":
-            from forensics.report.html import render as render_html
-            out.write(render_html(case, redact=redact))
-        else:
-            from forensics.report.terminal import render
-            from rich.console import Console
-            console = Console(file=out, width=_width(out)) if output else Console(width=_width(out))
-            render(case, console, explain=explain or verbose, quiet=quiet, verbose=verbose)
-    finally:
+        if title_file:
+            from forensics.report.markdown import title
+            from forensics.redact import redact_document
+            doc = redact_document(document) if redact else document
+            with open(title_file, "w", encoding="utf-8") as fh:
+                fh.write(title(doc) + "\n")
         if output:
-            out.close()
+            with open(output, "w", encoding="utf-8", errors="replace") as out:
+                render(document, fmt, out, options)
+        else:
+            render(document, fmt, sys.stdout, options)
+            sys.stdout.flush()
+    except OSError as exc:
+        click.echo(f"forensics: cannot write the report: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_USAGE)
+
+
+def _check_output(output: str | None, inputs) -> None:
+    """Refuse, before any analysis, an output the report could not be written to or that
+    would overwrite an input."""
+    if not output:
+        return
+    path = Path(output)
+    if output in ("/dev/stdout", "/dev/stderr", "/dev/null", "-"):
+        return
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise click.UsageError(f"-o {output}: the folder {parent} does not exist")
+    if path.exists():
+        try:
+            st = path.stat()
+        except OSError as exc:
+            raise click.UsageError(f"-o {output}: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise click.UsageError(f"-o {output}: not a regular file; give a file path")
+        for given in inputs:
+            if given == "-":
+                continue
+            try:
+                if os.path.samefile(given, output):
+                    raise click.UsageError(f"-o {output} is one of the inputs; it would be overwritten")
+            except OSError:
+                continue
+            if Path(given).is_dir() and Path(os.path.realpath(output)).is_relative_to(os.path.realpath(given)):
+                continue
+        if not os.access(path, os.W_OK):
+            raise click.UsageError(f"-o {output}: not writable")
+    elif not os.access(parent, os.W_OK):
+        raise click.UsageError(f"-o {output}: the folder {parent} is not writable")
 
 
 @main.command()
 @click.argument("runs", nargs=-1, required=True)
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json"]), default="terminal", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "markdown"]), default="terminal", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @click.option("--kb", "kb_dirs", multiple=True, type=click.Path(), help="Extra known-issue folders.")
-def compare(runs: tuple[str, ...], fmt: str, kb_dirs: tuple[str, ...]) -> None:
+def compare(runs, fmt, output, kb_dirs) -> None:
     """Compare several crash bundles: restarts of one server, or before/after an upgrade.
 
     \b
@@ -125,19 +186,19 @@ def compare(runs: tuple[str, ...], fmt: str, kb_dirs: tuple[str, ...]) -> None:
     missing = [r for r in runs if not Path(r).exists()]
     if missing:
         raise click.UsageError(f"{', '.join(missing)} does not exist; give one folder (or file) per run.")
-    from forensics.compare import compare as run_compare
+    _check_output(output, runs)
+    from forensics.case import NothingToAnalyse
+    from forensics.compare import compare as run_compare, render
     from forensics.kb import KnowledgeBaseError
     try:
         result = run_compare(list(runs), kb_dirs=list(kb_dirs))
     except KnowledgeBaseError as exc:
         raise click.UsageError(str(exc)) from None
-    if fmt == "json":
-        import json
-        click.echo(json.dumps(result.to_dict(), indent=2, default=str))
-        return
-    from forensics.report.terminal import render_comparison
-    from rich.console import Console
-    render_comparison(result, Console(width=_width(sys.stdout)))
+    except NothingToAnalyse as exc:
+        click.echo(f"forensics: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    with (open(output, "w", encoding="utf-8") if output else contextlib.nullcontext(sys.stdout)) as out:
+        render(result, fmt, out)
 
 
 @main.command()
@@ -148,10 +209,9 @@ def compare(runs: tuple[str, ...], fmt: str, kb_dirs: tuple[str, ...]) -> None:
               help="Only events at or above this severity.")
 @click.option("--since", help="Only events at or after this time (ISO, e.g. 2026-12-02T10:42:36).")
 @click.option("--until", help="Only events at or before this time.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Write the filtered timeline as CSV.")
-@click.option("--jsonl", "jsonl_path", type=click.Path(dir_okay=False), help="Write it as JSON lines.")
-@click.option("--parquet", "parquet_path", type=click.Path(dir_okay=False),
-              help="Write it as Parquet (needs pyarrow).")
+@click.option("--csv", "csv_path", help="Write the filtered timeline as CSV (- for stdout).")
+@click.option("--jsonl", "jsonl_path", help="Write it as JSON lines (- for stdout).")
+@click.option("--parquet", "parquet_path", type=click.Path(dir_okay=False), help="Write it as Parquet (needs pyarrow).")
 @click.option("--limit", type=int, default=200, show_default=True, help="Rows shown in the terminal (0: all).")
 def timeline(paths, ranks, kinds, severity, since, until, csv_path, jsonl_path, parquet_path, limit) -> None:
     """The merged per-rank timeline of every input, filtered; or exported for pandas.
@@ -162,13 +222,20 @@ def timeline(paths, ranks, kinds, severity, since, until, csv_path, jsonl_path, 
       forensics timeline logs/ --kind cuda-error --kind xid
       forensics timeline logs/ --since 2026-12-02T10:42:36 --csv timeline.csv
     """
+    from forensics.events import Kind
+    valid = sorted(k.value for k in Kind)
+    bad = [k for k in kinds if k not in valid]
+    if bad:
+        raise click.UsageError(f"--kind {', '.join(bad)}: not an event kind; use one of: {', '.join(valid)}")
     import pandas as pd
 
-    from forensics.case import analyze as run_analysis
-    missing = [p for p in paths if p != "-" and not Path(p).exists()]
-    if missing and len(missing) == len(paths):
-        raise click.UsageError(f"nothing to read: {', '.join(missing)} does not exist.")
-    frame = run_analysis(*paths).timeline
+    from forensics.case import NothingToAnalyse, analyze as run_analysis
+    try:
+        case = run_analysis(*paths)
+    except NothingToAnalyse as exc:
+        click.echo(f"forensics: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    frame = case.timeline
     levels = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
     if ranks:
         frame = frame[frame["rank"].isin(ranks)]
@@ -184,55 +251,41 @@ def timeline(paths, ranks, kinds, severity, since, until, csv_path, jsonl_path, 
                 raise click.BadParameter(f"{bound!r} is not a time; use ISO form like 2026-12-02T10:42:36") from None
             frame = frame[keep(frame["time"], when)]
     if csv_path:
-        frame.to_csv(csv_path, index=False)
+        frame.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
     if jsonl_path:
-        frame.to_json(jsonl_path, orient="records", lines=True, date_format="iso")
+        frame.to_json(sys.stdout if jsonl_path == "-" else jsonl_path, orient="records", lines=True, date_format="iso")
     if parquet_path:
         try:
             frame.to_parquet(parquet_path, index=False)
         except ImportError:
             raise click.UsageError("--parquet needs pyarrow: pip install pyarrow (or use --csv / --jsonl)") from None
     if csv_path or jsonl_path or parquet_path:
-        click.echo(f"{len(frame)} events written.", err=True)
+        if "-" not in (csv_path, jsonl_path):
+            click.echo(f"{len(frame)} events written.", err=True)
         return
+    from forensics.report import Options
     from forensics.report.terminal import render_timeline
-    from rich.console import Console
-    render_timeline(frame, Console(width=_width(sys.stdout)), limit=limit or None)
+    render_timeline(frame, sys.stdout, Options(), limit=limit or None)
 
 
-PROGRESS_MIN_BYTES = 20 * 1024 * 1024
+@main.command()
+def rules() -> None:
+    """The analysis pipeline: each rule in order, what it reads and writes, what it does."""
+    from forensics.rules import PIPELINE
+    for n, rule in enumerate(PIPELINE, 1):
+        click.echo(f"{n:2}. {rule.name}")
+        click.echo(f"    reads:  {', '.join(rule.reads) or '-'}")
+        click.echo(f"    writes: {', '.join(rule.writes) or '(notes only)'}")
+        click.echo(_indent(rule.doc(), 4))
+        click.echo("")
 
 
-@contextlib.contextmanager
-def _progress(paths, enabled: bool):
-    """A progress bar on stderr for large inputs, only when stderr is a terminal."""
-    total = _input_bytes(paths)
-    if not enabled or total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                  console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("reading", total=total)
-
-        def advance(source, parsed):
-            progress.update(task, advance=source.size or 0, description=f"reading {source.relpath[-40:]}")
-        yield advance
-
-
-def _input_bytes(paths) -> int:
-    total = 0
-    for given in paths:
-        path = Path(given)
-        try:
-            if path.is_file():
-                total += path.stat().st_size
-            elif path.is_dir():
-                total += sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-        except OSError:
-            continue
-    return total
+@main.command()
+def formats() -> None:
+    """Every input format forensics reads, and what --kind accepts."""
+    from forensics.parsers.registry import FORMATS as ALL
+    for fmt in ALL:
+        click.echo(f"{fmt.name:24} {fmt.kind:9} {fmt.what}")
 
 
 @main.command()
@@ -249,9 +302,51 @@ def completion(shell: str) -> None:
     click.echo(cls(main, {}, "forensics", "_FORENSICS_COMPLETE").source())
 
 
-def _width(stream) -> int | None:
-    # A pipe or file gets 80 columns; a terminal its own width.
-    return None if getattr(stream, "isatty", lambda: False)() else 80
+def _indent(text: str, n: int, width: int = 88) -> str:
+    import textwrap
+    return textwrap.fill(text, width=width, initial_indent=" " * n, subsequent_indent=" " * n)
+
+
+PROGRESS_MIN_BYTES = 20 * 1024 * 1024
+
+
+@contextlib.contextmanager
+def _progress(paths, enabled: bool):
+    """A progress bar on stderr for large inputs, only when stderr is a terminal."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    total = _input_bytes(paths)
+    if total < PROGRESS_MIN_BYTES:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("reading", total=total)
+
+        def advance(source, parsed):
+            progress.update(task, advance=source.size or 0)
+        yield advance
+
+
+def _input_bytes(paths) -> int:
+    total = 0
+    for given in paths:
+        path = Path(given)
+        try:
+            if path.is_file():
+                total += path.stat().st_size
+            elif path.is_dir():
+                for n, p in enumerate(path.rglob("*")):
+                    if n > 20000:
+                        break
+                    if p.is_file() and not p.is_symlink():
+                        total += p.stat().st_size
+        except OSError:
+            continue
+    return total
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,20 +1,24 @@
 """Several runs side by side (``forensics compare RUN...``): restarts of one server, or
 before/after an upgrade.  Groups runs by crash signature, says which environment fields
-differ, and how often each signature reproduced.
+differ, and how often each signature reproduced; renders to the terminal, Markdown or
+JSON.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from typing import TextIO
 
 from forensics.case import Case, analyze
+from forensics.inert import md_code, md_text, plain
 
 # Environment fields worth comparing between runs (what changes between an upgrade's
 # before and after); run-specific values such as pids or token counts are left out.
-COMPARED = ("vllm", "flashinfer", "torch", "model", "dtype", "quantization", "tensor_parallel_size",
+COMPARED = ("vllm", "flashinfer", "torch", "cuda", "driver", "model", "dtype", "quantization", "tensor_parallel_size",
             "pipeline_parallel_size", "data_parallel_size", "max_num_batched_tokens", "max_model_len",
-            "attention_backend", "allreduce_backend", "flashinfer_allreduce_backend", "all_reduce_backend",
-            "disable_custom_all_reduce", "enforce_eager", "kv_cache_dtype", "gpu", "prompt_tokens", "phase")
+            "attention_backend", "allreduce_backend", "flashinfer_allreduce_backend", "disable_custom_all_reduce",
+            "enforce_eager", "kv_cache_dtype", "gpu", "prompt_tokens", "phase")
 
 
 @dataclass
@@ -24,12 +28,16 @@ class Run:
 
     @property
     def signature(self) -> str | None:
-        return self.case.context.signature
+        return self.case.verdict.signature
 
     @property
     def parts(self) -> str:
-        used = [str(p["value"]) for p in self.case.context.signature_parts if p["contributed"]]
+        used = [str(p.value) for p in self.case.verdict.signature_parts if p.contributed]
         return " | ".join(used) if used else "no failure"
+
+    @property
+    def short(self) -> str:
+        return self.name.rstrip("/").rsplit("/", 1)[-1]
 
 
 @dataclass
@@ -46,7 +54,7 @@ class Comparison:
     def differing_environment(self) -> dict[str, list]:
         out = {}
         for key in COMPARED:
-            values = [run.case.context.environment.get(key) for run in self.runs]
+            values = [run.case.verdict.environment.get(key) for run in self.runs]
             if len({repr(v) for v in values}) > 1:
                 out[key] = values
         return out
@@ -58,25 +66,82 @@ class Comparison:
             if signature is None:
                 lines.append(f"{len(runs)}/{total} runs show no failure")
                 continue
-            ctx = runs[0].case.context
-            where = ""
-            phase = ctx.environment.get("phase")
-            block = ctx.environment.get("crash_prefill_block")
-            if phase and phase != "unknown":
-                where = f" in {phase}" + (f" (prefill block {block})" if block else "")
+            env = runs[0].case.verdict.environment
+            phase, block = env.get("phase"), env.get("crash_prefill_block")
+            where = f" in {phase}" + (f" (prefill block {block})" if block else "") if phase else ""
             lines.append(f"{len(runs)}/{total} runs crash with signature {signature} ({runs[0].parts}){where}")
         return lines
 
     def to_dict(self) -> dict:
         return {
             "schema": "forensics.compare/1",
-            "runs": [{"name": r.name, "signature": r.signature, "parts": r.parts,
-                      "summary": r.case.context.summary} for r in self.runs],
+            "runs": [{"name": r.name, "signature": r.signature, "parts": r.parts, "headline": r.case.verdict.headline}
+                     for r in self.runs],
             "groups": [{"signature": s, "runs": [r.name for r in rs]} for s, rs in self.groups()],
-            "environment_differences": {k: v for k, v in self.differing_environment().items()},
+            "environment_differences": self.differing_environment(),
             "reproduction": self.reproduction(),
         }
 
 
 def compare(paths: list[str], kb_dirs: list[str] | None = None) -> Comparison:
     return Comparison([Run(path, analyze(path, kb_dirs=kb_dirs)) for path in paths])
+
+
+def render(result: Comparison, fmt: str, out: TextIO) -> None:
+    if fmt == "json":
+        out.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+    elif fmt == "markdown":
+        out.write(_markdown(result))
+    else:
+        _terminal(result, out)
+
+
+def _markdown(result: Comparison) -> str:
+    lines = ["### Runs compared\n", "| run | group | signature | fault, kernel or site, phase |", "|---|---|---|---|"]
+    group_of = {run.name: n for n, (_, runs) in enumerate(result.groups(), 1) for run in runs}
+    for run in result.runs:
+        lines.append(f"| {md_code(run.short, table=True)} | {group_of[run.name]} | "
+                     f"{md_code(run.signature or '-', table=True)} | {md_text(run.parts).replace('|', '/')} |")
+    lines += ["", *[f"- {md_text(line)}" for line in result.reproduction()], ""]
+    diffs = result.differing_environment()
+    if diffs:
+        lines += ["#### Environment that differs", "", "| field | " + " | ".join(md_code(r.short, table=True) for r in result.runs) + " |",
+                  "|---|" + "---|" * len(result.runs)]
+        for key, values in diffs.items():
+            lines.append(f"| {md_code(key, table=True)} | " + " | ".join(md_code(str(v), table=True) if v is not None else "-"
+                                                                      for v in values) + " |")
+    else:
+        lines.append("No environment field differs between the runs.")
+    return "\n".join(lines) + "\n"
+
+
+def _terminal(result: Comparison, out: TextIO) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+    interactive = getattr(out, "isatty", lambda: False)()
+    console = Console(file=out, width=None if interactive else 80, no_color=not interactive, highlight=False,
+                      markup=False, emoji=False)
+    table = Table(title="Runs", title_justify="left", box=None)
+    table.add_column("run", overflow="fold")
+    table.add_column("group", justify="right")
+    table.add_column("signature", overflow="fold")
+    table.add_column("fault | kernel or site | phase", overflow="fold")
+    group_of = {run.name: n for n, (_, runs) in enumerate(result.groups(), 1) for run in runs}
+    for run in result.runs:
+        table.add_row(Text(plain(run.short)), str(group_of[run.name]),
+                      Text((run.signature or "-").replace("forensics.sig/1:", "")), Text(plain(run.parts)))
+    console.print(table)
+    for line in result.reproduction():
+        console.print(Text(plain(line)))
+    diffs = result.differing_environment()
+    if diffs:
+        env = Table(title="Environment that differs", title_justify="left", box=None)
+        env.add_column("field")
+        for run in result.runs:
+            env.add_column(Text(plain(run.short)), overflow="fold")
+        for key, values in diffs.items():
+            env.add_row(key, *[Text("-" if v is None else plain(str(v))) for v in values])
+        console.print(env)
+    else:
+        console.print(Text("No environment field differs between the runs."))

@@ -3,27 +3,26 @@ Dask cluster.  Every engine returns the same ParsedSources in discovery order, s
 report is byte-identical whichever ran (tests/test_engines.py checks it).
 
 Only the parse stage is distributed: it is where the bytes are.  Timeline and rules need
-every event together and run here.  Archive members are streams that cannot travel to a
-worker: they are always parsed here.
+every event together and run here.  Streams (stdin, archive members) cannot travel to a
+worker: they are parsed here.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
+from forensics.inputs.sources import Source
 from forensics.parsers.base import ParsedSource
-from forensics.sources import Source
 
 PARALLEL_MIN_BYTES = 32 << 20      # below this, starting processes costs more than it saves
 
 
 def _travels(source: Source) -> bool:
-    return source.is_plain_file or (source.path is not None and source.opener is None and source.data is None)
+    return source.path is not None and source.opener is None
 
 
-def parse_local(sources: Iterable[Source], parse: Callable[[Source], ParsedSource],
-                on_source=None) -> list[ParsedSource]:
+def parse_local(sources: list[Source], parse: Callable[[Source], ParsedSource], on_source=None) -> list[ParsedSource]:
     out = []
     for source in sources:
         out.append(parse(source))
@@ -34,7 +33,7 @@ def parse_local(sources: Iterable[Source], parse: Callable[[Source], ParsedSourc
 
 def parse_processes(sources: list[Source], parse: Callable[[Source], ParsedSource], workers: int | None = None,
                     on_source=None) -> list[ParsedSource]:
-    """Large plain files in parallel on the local cores; everything else here."""
+    """Large files in parallel on the local cores; everything else here."""
     big = [s for s in sources if _travels(s)]
     if len(big) < 2 or sum(s.size or 0 for s in big) < PARALLEL_MIN_BYTES:
         return parse_local(sources, parse, on_source)
@@ -62,7 +61,7 @@ def parse_dask(sources: list[Source], parse: Callable[[Source], ParsedSource], s
         import dask.bag as db
         from distributed import Client
     except ImportError as exc:
-        raise RuntimeError("the dask engine needs dask and distributed: pip install 'forensics[dask]'") from exc
+        raise EngineUnavailable("the dask engine needs dask and distributed: pip install 'forensics[dask]'") from exc
     travelling = [(i, s) for i, s in enumerate(sources) if _travels(s)]
     results: dict[int, ParsedSource] = {}
     client = Client(scheduler) if scheduler else Client(processes=False, dashboard_address=None)
@@ -81,3 +80,7 @@ def parse_dask(sources: list[Source], parse: Callable[[Source], ParsedSource], s
         for source, parsed in zip(sources, ordered):
             on_source(source, parsed)
     return ordered
+
+
+class EngineUnavailable(RuntimeError):
+    """The chosen engine cannot run here (a package is missing)."""

@@ -1,7 +1,10 @@
 """Loading the Lark grammars of ``grammars/`` (installed as ``forensics.grammars``).
 
-Grammars are compiled once per process and cached on disk by Lark (``cache=True``), so a
-cold start does not pay for building LALR tables again.
+Parsers are built in memory, on first use, once per process.  Nothing is cached on
+disk: a parser cache is a pickle, and a pickle read from a shared or predictable place
+(Lark's ``cache=True`` uses $TMPDIR) lets another local user run code as whoever runs
+forensics next.  Building every grammar costs well under the cold-start budget
+(tests/test_security.py measures it).
 """
 
 from __future__ import annotations
@@ -10,8 +13,7 @@ import functools
 from importlib import resources
 from pathlib import Path
 
-from lark import Lark
-
+from lark import Lark, Transformer
 
 _SOURCE_TREE = Path(__file__).resolve().parents[1] / "grammars"
 
@@ -26,12 +28,21 @@ def grammar_text(name: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def load(name: str, start: tuple[str, ...] = ("start",), parser: str = "lalr") -> Lark:
-    """The parser for ``grammars/<name>.lark``: LALR with the contextual lexer (fast,
-    disk-cached) by default; Earley for the few small grammars whose envelopes share
-    tokens with free text, used only on prefiltered lines."""
-    if parser == "earley":
-        return Lark(grammar_text(name), parser="earley", lexer="dynamic", start=list(start),
-                    maybe_placeholders=False)
+def load(name: str, start: tuple[str, ...] = ("start",)) -> Lark:
+    """The LALR parser (contextual lexer) for ``grammars/<name>.lark``; it builds a tree."""
     return Lark(grammar_text(name), parser="lalr", lexer="contextual", start=list(start),
-                cache=True, maybe_placeholders=False)
+                maybe_placeholders=False, cache=False)
+
+
+_TRANSFORMING: dict[tuple[str, type], Lark] = {}
+
+
+def transforming(name: str, transformer: Transformer) -> Lark:
+    """The LALR parser for ``grammars/<name>.lark`` that applies ``transformer`` while it
+    parses (no tree is built: the fast way for per-line grammars)."""
+    key = (name, type(transformer))
+    parser = _TRANSFORMING.get(key)
+    if parser is None:
+        parser = _TRANSFORMING[key] = Lark(grammar_text(name), parser="lalr", lexer="contextual",
+                                           transformer=transformer, maybe_placeholders=False, cache=False)
+    return parser

@@ -10,12 +10,12 @@ import functools
 import re
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Mapping
 
 try:  # Python 3.11+
     import tomllib
 except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[no-redef]
 
 
 @functools.lru_cache(maxsize=None)
@@ -24,53 +24,125 @@ def load(name: str) -> dict[str, Any]:
     return tomllib.loads(text)
 
 
-# --- CUDA errors -----------------------------------------------------------------------
+# --- CUDA errors and the forms libraries print them in ----------------------------------
 
 @dataclass(frozen=True)
 class CudaError:
-    code: int
-    name: str              # CUresult name, CUDA_ERROR_ILLEGAL_ADDRESS
+    """One error of the catalogue (data/cuda_errors.toml)."""
+
+    code: int | None       # CUresult / cudaError_t value; None for library statuses without one
+    name: str              # CUresult name, CUDA_ERROR_ILLEGAL_ADDRESS (or the library's status name)
     runtime_name: str      # cudaError name, cudaErrorIllegalAddress
     message: str           # cudaGetErrorString text
     sticky: bool
     meaning: str = ""
+    family: str = "cuda"   # cuda | cublas | cudnn | nccl: a library status is a symptom, not a fault
 
 
 @functools.lru_cache(maxsize=None)
 def cuda_errors() -> tuple[CudaError, ...]:
-    return tuple(CudaError(**entry) for entry in load("cuda_errors")["error"])
-
-
-def find_cuda_error(text: str) -> CudaError | None:
-    """The catalogue entry a message names, by code, either name, or runtime string."""
-    for pattern in _cuda_error_patterns():
-        match = pattern.search(text)
-        if match:
-            return _lookup(match.group("key"))
-    return None
+    return tuple(CudaError(**{"code": None, **entry}) for entry in load("cuda_errors")["error"])
 
 
 @functools.lru_cache(maxsize=None)
-def _cuda_error_patterns() -> tuple[re.Pattern, ...]:
-    patterns = [re.compile(p) for p in load("cuda_errors")["recognise"]["patterns"]]
-    # Last resort: the runtime's own message strings, wherever they appear.
-    messages = sorted((re.escape(e.message) for e in cuda_errors()), key=len, reverse=True)
-    patterns.append(re.compile("(?P<key>" + "|".join(messages) + ")"))
-    return tuple(patterns)
-
-
-@functools.lru_cache(maxsize=None)
-def _index() -> dict[str, CudaError]:
+def _error_index() -> dict[str, CudaError]:
     index: dict[str, CudaError] = {}
     for err in cuda_errors():
-        for key in (str(err.code), err.name, err.runtime_name, err.message):
-            index.setdefault(key.lower(), err)
+        keys = [err.name, err.runtime_name, err.message]
+        if err.code is not None and err.family == "cuda":
+            keys.append(str(err.code))
+        for key in keys:
+            if key:
+                index.setdefault(key.lower(), err)
     return index
 
 
-def _lookup(key: str) -> CudaError | None:
-    key = key.strip().strip("'\"").lower()
-    return _index().get(key)
+def lookup_error(key: str | int | None) -> CudaError | None:
+    """The catalogue entry for a code, either name, or the runtime's message text."""
+    if key is None:
+        return None
+    text = str(key).strip().strip("'\"").rstrip(".").lower()
+    return _error_index().get(text)
+
+
+@dataclass(frozen=True)
+class ErrorForm:
+    """A way a library prints a CUDA error (data/cuda_error_forms.toml)."""
+
+    id: str
+    library: str
+    pattern: re.Pattern
+    triggers: tuple[str, ...]
+    api: str | None = None        # the API the form implies when it prints none (the watchdog's event query)
+    error: str | None = None      # the error the form implies when it names none (out of memory)
+
+
+@dataclass(frozen=True)
+class ErrorMatch:
+    """What a line says about a CUDA error: the error, and the call and place when printed."""
+
+    error: CudaError
+    form: str
+    api: str | None = None
+    file: str | None = None
+    line: int | None = None
+
+
+@functools.lru_cache(maxsize=None)
+def error_forms() -> tuple[ErrorForm, ...]:
+    out = []
+    for entry in load("cuda_error_forms")["form"]:
+        out.append(ErrorForm(id=entry["id"], library=entry["library"], pattern=re.compile(entry["pattern"]),
+                             triggers=tuple(entry["triggers"]), api=entry.get("api"),
+                             error=entry.get("error")))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=None)
+def _message_texts() -> re.Pattern:
+    """Last resort: the runtime's own message strings, wherever they appear."""
+    messages = sorted((re.escape(e.message) for e in cuda_errors() if e.family == "cuda" and len(e.message) > 12),
+                      key=len, reverse=True)
+    return re.compile("(?P<text>" + "|".join(messages) + ")")
+
+
+def find_cuda_error(text: str) -> ErrorMatch | None:
+    """The first error form that ``text`` matches, with what it names, or None.
+
+    Forms are tried in catalogue order (most specific first); each names the error by
+    one of its groups: ``code``, ``name`` (CUresult or cudaError name) or ``text``
+    (the runtime's message); ``api``, ``file`` and ``line`` when printed."""
+    for form in error_forms():
+        if not any(t in text for t in form.triggers):
+            continue
+        match = form.pattern.search(text)
+        if not match:
+            continue
+        groups = {k: v for k, v in match.groupdict().items() if v}
+        error = lookup_error(form.error)
+        for key in ("name", "code", "text"):
+            if error is not None:
+                break
+            if key in groups:
+                error = lookup_error(groups[key])
+        if error is None and "text" in groups:
+            inner = _message_texts().search(groups["text"])
+            error = lookup_error(inner.group("text")) if inner else None
+        if error is None:
+            continue
+        line = groups.get("line")
+        return ErrorMatch(error=error, form=form.id, api=groups.get("api") or form.api,
+                          file=groups.get("file"), line=int(line) if line and line.isdigit() else None)
+    inner = _message_texts().search(text) if "encountered" in text or "error" in text.lower() else None
+    if inner:
+        error = lookup_error(inner.group("text"))
+        if error is not None:
+            return ErrorMatch(error=error, form="message-text")
+    return None
+
+
+def error_form(form_id: str) -> ErrorForm | None:
+    return next((f for f in error_forms() if f.id == form_id), None)
 
 
 # --- Surface APIs and frames to skip -------------------------------------------------
@@ -86,6 +158,13 @@ class SurfaceApi:
 def surface_apis() -> tuple[SurfaceApi, ...]:
     return tuple(SurfaceApi(e["api"], re.compile(e["pattern"]), e["what"])
                  for e in load("surface_apis")["api"])
+
+
+def surface_api_of(code: str | None) -> str | None:
+    """The surface API a line of code (or a native call) names, if any."""
+    if not code:
+        return None
+    return next((a.api for a in surface_apis() if a.pattern.search(code)), None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -104,12 +183,16 @@ def library_internal_files() -> tuple[re.Pattern, ...]:
 
 @dataclass(frozen=True)
 class MessagePattern:
+    """One entry of data/messages.toml: a message that means something for a crash."""
+
     id: str
     kind: str
     pattern: re.Pattern
     triggers: tuple[str, ...]
     severity: str | None = None
-    applies_to: str = "any"        # any | raw | record
+    fields: Mapping[str, str] = None            # group -> type ("int", "float", "str")
+    environment: Mapping[str, str] = None       # environment key -> group (or "=literal")
+    traffic: bool = False                       # ordinary traffic: counted, not kept as events
 
 
 @functools.lru_cache(maxsize=None)
@@ -119,8 +202,13 @@ def message_patterns() -> tuple[MessagePattern, ...]:
         out.append(MessagePattern(
             id=entry["id"], kind=entry["kind"], pattern=re.compile(entry["pattern"]),
             triggers=tuple(entry["triggers"]), severity=entry.get("severity"),
-            applies_to=entry.get("applies_to", "any")))
+            fields=dict(entry.get("fields", {})), environment=dict(entry.get("environment", {})),
+            traffic=entry.get("traffic", False)))
     return tuple(out)
+
+
+def message_pattern(message_id: str) -> MessagePattern | None:
+    return next((m for m in message_patterns() if m.id == message_id), None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,8 +228,9 @@ def process_roles() -> tuple[tuple[re.Pattern, str], ...]:
     return tuple((re.compile(e["pattern"]), e["role"]) for e in load("processes")["role"])
 
 
+@functools.lru_cache(maxsize=4096)
 def role_and_rank(process_name: str | None) -> tuple[str | None, int | None]:
-    """Role and TP rank a process name implies (``Worker_TP2`` -> worker, 2)."""
+    """Role and rank a process name implies (``Worker_TP2`` -> worker, 2)."""
     if not process_name:
         return None, None
     for pattern, role in process_roles():
@@ -150,3 +239,20 @@ def role_and_rank(process_name: str | None) -> tuple[str | None, int | None]:
             rank = match.groupdict().get("rank")
             return role, int(rank) if rank is not None else None
     return None, None
+
+
+@functools.lru_cache(maxsize=None)
+def signals() -> dict[int, str]:
+    """Signal number -> name (data/signals.toml)."""
+    return {int(k): v for k, v in load("signals")["signal"].items()}
+
+
+def signal_name(number: int | None) -> str:
+    if number is None:
+        return "an unknown signal"
+    return signals().get(abs(number), f"signal {abs(number)}")
+
+
+@functools.lru_cache(maxsize=None)
+def xid_catalogue() -> dict[int, dict]:
+    return {entry["code"]: entry for entry in load("xid")["xid"]}

@@ -60,3 +60,11 @@ class Redactor:
 
     def summary(self) -> dict[str, int]:
         return dict(sorted(self.counts.items()))
+
+
+def redact_document(document: dict) -> dict:
+    """A redacted copy of a report document, with what was redacted counted."""
+    redactor = Redactor()
+    out = redactor.data(document)
+    out["redaction"] = {"enabled": True, "counts": redactor.summary()}
+    return out

@@ -1,25 +1,42 @@
-"""Timeline: who is who (pid -> rank/role), then every event on one ordered table.
+"""Timeline: who is who, then every event on one ordered list.
 
-Ranks come from process prefixes (``Worker_TP2`` -> 2), from identity lines
-(``rank=N ... pid=P``) and from names in messages about other processes
-(``VllmWorker-1 died``).  Order is by time, then by position in the source; lines of one
-stream are never reordered, even when its clock jumps backwards.
+Who is who: a process is known by its pid (from a vLLM or Ray prefix, a journald
+stamp, an NCCL line) and/or by its rank (from a process name ``Worker_TP2``, torch's
+``[rank2]:``, SGLang's ``TP2``, an identity line ``world_size=4 rank=2 ...``, a
+per-rank file such as ``worker_TP2.log`` or torchrun's ``attempt_0/2/stderr.log``).
+Identities seen under a pid and under a rank are joined when the rank is unique.
+
+Order: by time, then by position in the source; lines of one stream are never
+reordered, even when its clock jumps backwards.  A file holding several server starts
+(restarts appended to one log) keeps its earlier runs on the timeline, marked, out of
+the verdict.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from forensics import knowledge
-from forensics.events import Event, Kind, as_int
+from forensics.events import Event, Kind, freeze
 
-ROLE_PRIORITY = {"worker": 0, "engine-core": 1, "api-server": 2}
+ROLE_PRIORITY = {"worker": 0, "engine-core": 1, "api-server": 2, "launcher": 3}
+
+# Per-rank files, as launchers and users name them: worker_TP2.log, rank2.log, rank-2,
+# rank_02.txt, torchrun's <log_dir>/<run>/attempt_0/<local_rank>/stderr.log.
+_RANK_FILE = (
+    re.compile(r"(?:^|[/_.-])(?:worker_)?(?:tp|rank)[_-]?(?P<rank>\d{1,4})(?=[/_.-]|$)", re.I),
+    re.compile(r"attempt_\d+/(?P<rank>\d{1,4})/(?:stdout|stderr|error)\.(?:log|json)$"),
+)
 
 
 @dataclass
 class ProcessInfo:
-    pid: int
+    key: str
+    pid: int | None = None
+    pids: set[int] = field(default_factory=set)
+    host: str | None = None
     name: str | None = None
     role: str | None = None
     rank: int | None = None
@@ -27,97 +44,205 @@ class ProcessInfo:
     sources: set[str] = field(default_factory=set)
 
 
+def rank_from_path(path: str) -> int | None:
+    for pattern in _RANK_FILE:
+        match = pattern.search(path)
+        if match:
+            return int(match.group("rank"))
+    return None
+
+
 class ProcessTable:
-    """pid -> process facts, learned from every event before any rule runs."""
+    """Identities learned from every event before any rule runs."""
 
     def __init__(self) -> None:
-        self.by_pid: dict[int, ProcessInfo] = {}
+        self.by_key: dict[str, ProcessInfo] = {}
+        self._pid_key: dict[tuple[str | None, int], str] = {}
+        self._file_rank: dict[str, int] = {}
+
+    # -- learning ------------------------------------------------------------------
 
     @classmethod
     def learn(cls, events: list[Event]) -> "ProcessTable":
         table = cls()
-        # Strongest first: names in prefixes, then TP-rank assignments, then plain ranks.
+        table._learn_files(events)
         for event in events:
-            if event.pid is not None and event.process:
-                table._from_name(event.pid, event.process, event.source)
-        for message_id in ("rank-assignment", "worker-init", "dist-init"):
-            for event in events:
-                if event.attrs.get("message_id") != message_id:
-                    continue
-                pid = as_int(event.attrs.get("subject_pid")) or event.pid
-                rank = as_int(event.attrs.get("rank"))
-                if pid is not None and rank is not None:
-                    info = table._info(pid)
-                    info.sources.add(event.source)
-                    if info.rank is None:
-                        info.rank = rank
-                        info.rank_basis = f"{event.where}: {message_id}"
-                    info.role = info.role or "worker"
-        for event in events:
-            subject = event.attrs.get("subject_process")
-            pid = as_int(event.attrs.get("subject_pid"))
-            if subject and pid is not None:
-                table._from_name(pid, subject, event.source)
+            table._learn(event)
+        table._join_ranks()
         return table
 
-    def _info(self, pid: int) -> ProcessInfo:
-        return self.by_pid.setdefault(pid, ProcessInfo(pid))
+    def _learn_files(self, events: list[Event]) -> None:
+        """A file written by one process without prefixes: its identity line (or its
+        name) gives the rank of all its lines."""
+        per_file: dict[str, dict] = {}
+        for event in events:
+            facts = per_file.setdefault(event.source, {"prefixed": False, "ranks": set()})
+            if event.pid is not None or event.process or event.rank is not None:
+                facts["prefixed"] = True
+            if event.kind == Kind.PROCESS_IDENTITY and isinstance(event.attrs.get("rank"), int) \
+                    and event.pid is None and not event.process:
+                facts["ranks"].add(event.attrs["rank"])
+        for source, facts in per_file.items():
+            if facts["prefixed"]:
+                continue
+            if len(facts["ranks"]) == 1:
+                self._file_rank[source] = next(iter(facts["ranks"]))
+            else:
+                hinted = rank_from_path(source)
+                if hinted is not None and not facts["ranks"]:
+                    self._file_rank[source] = hinted
 
-    def _from_name(self, pid: int, name: str, source: str) -> None:
-        info = self._info(pid)
-        info.sources.add(source)
+    def _key_of(self, event: Event) -> str | None:
+        if event.pid is not None:
+            return self._pid_key.get((event.host, event.pid)) or self._pid_key.get((None, event.pid)) or \
+                f"pid:{event.pid}" + (f"@{event.host}" if event.host else "")
+        rank = event.rank if event.rank is not None else self._file_rank.get(event.source)
+        if rank is not None:
+            return f"rank:{rank}" + (f"@{event.host}" if event.host else "")
+        return None
+
+    def _info(self, key: str) -> ProcessInfo:
+        info = self.by_key.get(key)
+        if info is None:
+            info = self.by_key[key] = ProcessInfo(key)
+        return info
+
+    def _learn(self, event: Event) -> None:
+        self._learn_subjects(event)
+        key = self._key_of(event)
+        if key is None:
+            return
+        info = self._info(key)
+        info.sources.add(event.source)
+        if event.pid is not None:
+            info.pid = info.pid or event.pid
+            info.pids.add(event.pid)
+            self._pid_key.setdefault((event.host, event.pid), key)
+            info.host = info.host or event.host
+        if event.process:
+            self._from_name(info, event.process)
+        if event.rank is not None and info.rank is None:
+            info.rank, info.rank_basis = event.rank, "prefix"
+            info.role = info.role or "worker"
+        if event.source in self._file_rank and info.rank is None:
+            info.rank, info.rank_basis = self._file_rank[event.source], f"{event.source}: one rank's own log"
+            info.role = info.role or "worker"
+        if event.kind == Kind.PROCESS_IDENTITY:
+            rank = event.attrs.get("rank")
+            if isinstance(rank, int) and (info.rank is None or info.rank_basis == "name-unknown"):
+                info.rank, info.rank_basis = rank, f"{event.where}: {event.attrs.get('message_id')}"
+            info.role = info.role or "worker"
+
+    def _learn_subjects(self, event: Event) -> None:
+        """Processes a line is about, written by another (a launcher's record of a child,
+        the executor's "force killing ... pid N")."""
+        subject, subject_pid = event.attrs.get("subject_process"), event.attrs.get("subject_pid")
+        if subject and isinstance(subject_pid, int):
+            self._from_name(self._subject(subject_pid), subject.split("::")[-1])
+        if event.kind == Kind.LAUNCHER_SUMMARY:
+            for failure in [event.attrs.get("root_cause") or {}] + list(event.attrs.get("failures") or []):
+                if isinstance(failure.get("pid"), int) and isinstance(failure.get("rank"), int):
+                    other = self._subject(failure["pid"])
+                    if other.rank is None or "local rank" in (other.rank_basis or ""):
+                        other.rank, other.rank_basis = failure["rank"], f"{event.where}: launcher summary"
+                    other.role = other.role or "worker"
+        if event.kind == Kind.CHILD_FAILED and isinstance(subject_pid, int):
+            other = self._subject(subject_pid)
+            if other.rank is None and isinstance(event.attrs.get("local_rank"), int):
+                other.rank, other.rank_basis = event.attrs["local_rank"], f"{event.where}: local rank of a failed child"
+            other.role = other.role or "worker"
+
+    def _subject(self, pid: int) -> ProcessInfo:
+        key = self._pid_key.get((None, pid)) or f"pid:{pid}"
+        self._pid_key.setdefault((None, pid), key)
+        info = self._info(key)
+        info.pid = info.pid or pid
+        info.pids.add(pid)
+        return info
+
+    def _from_name(self, info: ProcessInfo, name: str) -> None:
         role, rank = knowledge.role_and_rank(name)
-        # Keep the most specific name seen ("Worker_TP1" over the early "Worker").
+        # keep the most specific name seen ("Worker_TP1" over the early "Worker")
         if info.name is None or (rank is not None and knowledge.role_and_rank(info.name)[1] is None):
             info.name = name
         if role and not info.role:
             info.role = role
         if rank is not None and (info.rank is None or info.rank_basis == "name" and info.rank != rank):
-            info.rank = rank
-            info.rank_basis = "name"
+            info.rank, info.rank_basis = rank, "name"
+
+    def _join_ranks(self) -> None:
+        """rank:N identities (a per-rank file, [rankN]: lines) joined to the one pid
+        identity with that rank."""
+        by_rank: dict[tuple[int, str | None], list[ProcessInfo]] = {}
+        for info in self.by_key.values():
+            if info.pid is not None and info.rank is not None and info.role in (None, "worker"):
+                by_rank.setdefault((info.rank, info.host), []).append(info)
+                if info.host is not None:
+                    by_rank.setdefault((info.rank, None), []).append(info)
+        for key, info in list(self.by_key.items()):
+            if info.pid is not None or info.rank is None:
+                continue
+            targets = by_rank.get((info.rank, info.host)) or (by_rank.get((info.rank, None)) if info.host is None else None)
+            if targets and len({t.key for t in targets}) == 1:
+                target = targets[0]
+                target.sources |= info.sources
+                target.name = target.name or info.name
+                self.by_key[key] = target            # the rank key now resolves to the pid identity
+
+    # -- reading ---------------------------------------------------------------------
+
+    def info_of(self, event: Event) -> ProcessInfo | None:
+        key = self._key_of(event)
+        return self.by_key.get(key) if key else None
+
+    def by_pid(self, pid: int | None) -> ProcessInfo | None:
+        if pid is None:
+            return None
+        key = self._pid_key.get((None, pid)) or next((k for (h, p), k in self._pid_key.items() if p == pid), None)
+        return self.by_key.get(key or f"pid:{pid}")
 
     def rank_of(self, pid: int | None) -> int | None:
-        info = self.by_pid.get(pid) if pid is not None else None
+        info = self.by_pid(pid)
         return info.rank if info else None
 
-    def role_of(self, pid: int | None) -> str | None:
-        info = self.by_pid.get(pid) if pid is not None else None
-        return info.role if info else None
+    def by_rank(self, rank: int | None) -> ProcessInfo | None:
+        """The one worker with this rank, if exactly one."""
+        found = {i.key: i for i in self.by_key.values() if i.rank == rank and i.role in (None, "worker")}
+        return next(iter(found.values())) if len(found) == 1 else None
 
     def pid_of_rank(self, rank: int | None) -> int | None:
-        pids = [p.pid for p in self.by_pid.values() if p.rank == rank and p.role in (None, "worker")]
-        return pids[0] if len(pids) == 1 else None
+        info = self.by_rank(rank)
+        return info.pid if info else None
 
-    def pid_of_name(self, name: str | None) -> int | None:
-        """A worker named in a message (``VllmWorker-1``) -> its pid, via its rank."""
+    def by_name(self, name: str | None) -> ProcessInfo | None:
+        """A worker named in a message (``VllmWorker-1``) -> its identity."""
         if not name:
             return None
-        for info in self.by_pid.values():
+        name = name.split("::")[-1]
+        for info in self.processes():
             if info.name == name:
-                return info.pid
+                return info
         role, rank = knowledge.role_and_rank(name)
         if role == "worker" and rank is not None:
-            return self.pid_of_rank(rank)
+            return self.by_rank(rank)
         return None
 
     def processes(self) -> list[ProcessInfo]:
-        return sorted(self.by_pid.values(),
-                      key=lambda p: (ROLE_PRIORITY.get(p.role or "", 3),
-                                     p.rank if p.rank is not None else 1 << 30, p.pid))
+        unique = {id(i): i for i in self.by_key.values()}.values()
+        return sorted(unique, key=lambda p: (ROLE_PRIORITY.get(p.role or "", 4),
+                                              p.rank if p.rank is not None else 1 << 30, p.pid or 0, p.key))
 
     def resolve(self, event: Event) -> Event:
-        """The event with its rank and role filled in from what the table knows."""
-        rank, role = event.rank, event.role
-        if event.pid is not None:
-            info = self.by_pid.get(event.pid)
-            if info:
-                rank = rank if rank is not None else info.rank
-                role = role or info.role
-        if rank is None and "glog_rank" in event.attrs:
-            rank = event.attrs["glog_rank"]
-        if rank == event.rank and role == event.role:
+        """The event with its rank, role and pid filled in from what the table knows."""
+        info = self.info_of(event)
+        if info is None:
             return event
-        return replace(event, rank=rank, role=role)
+        rank = event.rank if event.rank is not None else info.rank
+        role = event.role or info.role
+        pid = event.pid if event.pid is not None else info.pid
+        if rank == event.rank and role == event.role and pid == event.pid:
+            return event
+        return replace(event, rank=rank, role=role, pid=pid)
 
 
 def order(events_by_source: list[list[Event]]) -> list[Event]:
@@ -126,39 +251,79 @@ def order(events_by_source: list[list[Event]]) -> list[Event]:
     for file_index, events in enumerate(events_by_source):
         running: dict = {}          # per stream: one process's lines in one file
         for event in events:
-            stream = event.pid if event.pid is not None else event.process
+            stream = (event.pid, event.process, event.rank)
             last = running.get(stream)
             if event.time is not None and (last is None or event.time > last):
                 running[stream] = last = event.time
-            # A file with no stamps at all (exit codes, an HTTP reply, dmesg uptimes) was
-            # written after the fact: it goes after everything that has a time.
+            # A file with no stamps at all (an HTTP reply, dmesg uptimes) was written after
+            # the fact: it goes after everything that has a time.
             keyed.append(((last or datetime.max), file_index, event.seq, event))
     keyed.sort(key=lambda k: k[:3])
     return [k[3] for k in keyed]
 
 
-COLUMNS = ["time", "rank", "pid", "role", "process", "kind", "severity", "message", "source",
+def set_aside_earlier_runs(events: list[Event]) -> tuple[list[Event], list[str]]:
+    """A file with several server starts (restarts appended to one log): the events of
+    the earlier runs are marked ``earlier_run`` (kept on the timeline, out of the
+    verdict); pids of earlier runs may have been reused."""
+    notes = []
+    starts: dict[str, list[int]] = {}
+    for i, event in enumerate(events):
+        if event.attrs.get("message_id") in ("engine-config", "api-server-version", "vllm-args-namespace",
+                                              "sglang-server-args") and \
+                not event.message.startswith("Dumping"):
+            starts.setdefault(event.source, []).append(i)
+    cut_by_source = {}
+    for source, idx in starts.items():
+        runs = _distinct_runs(events, idx)
+        if len(runs) >= 2:
+            cut_by_source[source] = events[runs[-1]].seq
+            notes.append(f"{source}: {len(runs)} server starts in this file (restarts appended to one log); the "
+                         f"verdict uses the last run, from line {events[runs[-1]].line}; the earlier events stay on "
+                         "the timeline only (pids may have been reused)")
+    if not cut_by_source:
+        return events, notes
+    out = [replace(e, attrs=freeze({**e.attrs, "earlier_run": True}))
+           if e.source in cut_by_source and e.seq < cut_by_source[e.source] else e for e in events]
+    return out, notes
+
+
+def _distinct_runs(events: list[Event], idx: list[int]) -> list[int]:
+    """Start events that open a new run: the same start repeated by several processes
+    of one run (version and config lines of one start) count once."""
+    runs: list[int] = []
+    for i in idx:
+        if runs and events[i].message_id_kind() if False else False:
+            continue
+        if runs and events[runs[-1]].attrs.get("message_id") != events[i].attrs.get("message_id"):
+            continue
+        runs.append(i)
+    return runs
+
+
+def failure_time(events: list[Event], pid: int | None, kinds) -> datetime | None:
+    for event in events:
+        if event.pid == pid and event.kind in kinds:
+            return event.time
+    return None
+
+
+COLUMNS = ["time", "rank", "pid", "role", "process", "host", "kind", "severity", "message", "source",
            "line", "time_inferred"]
 
 
 def dataframe(events: list[Event]):
-    """The events as a pandas DataFrame, one row each, in timeline order."""
+    """The events as a pandas DataFrame, one row each, in timeline order (sub-second
+    times kept)."""
     import pandas as pd        # imported here: the CLI's report paths never need it
 
     rows = [{
-        "time": e.time, "rank": e.rank, "pid": e.pid, "role": e.role, "process": e.process,
-        "kind": e.kind, "severity": e.severity.name, "message": e.message, "source": e.source,
+        "time": e.time, "rank": e.rank, "pid": e.pid, "role": e.role, "process": e.process, "host": e.host,
+        "kind": e.kind.value, "severity": e.severity.name, "message": e.message, "source": e.source,
         "line": e.line, "time_inferred": e.time_inferred,
     } for e in events]
     frame = pd.DataFrame(rows, columns=COLUMNS)
-    frame["rank"] = frame["rank"].astype("Int64")
-    frame["pid"] = frame["pid"].astype("Int64")
-    frame["line"] = frame["line"].astype("Int64")
+    for column in ("rank", "pid", "line"):
+        frame[column] = frame[column].astype("Int64")
     frame["time"] = pd.to_datetime(frame["time"])
     return frame
-
-
-def failure_kinds() -> set[str]:
-    return {Kind.CUDA_ERROR, Kind.DEVICE_ASSERT, Kind.XID, Kind.OOM, Kind.FATAL_SIGNAL,
-            Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP}
-

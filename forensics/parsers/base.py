@@ -3,8 +3,41 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from forensics.events import Event
+
+# the name a source's dominant format is shown under (JSON sources[].kind)
+KIND_NAMES = {"vllm": "vllm-log", "sglang": "sglang-log", "glog": "c10-log", "nccl": "nccl-log",
+              "trtllm": "tensorrt-llm-log", "pylog": "python-log", "uvicorn": "vllm-log", "kernel": "kernel-log",
+              "python-traceback": "python-traceback", "compute-sanitizer": "compute-sanitizer",
+              "cuda-gdb": "cuda-gdb", "faulthandler": "faulthandler", "py-spy": "py-spy",
+              "torchrun-summary": "torchrun-log", "native-exception": "native-crash", "segfault-banner": "native-crash",
+              "nvidia-smi": "nvidia-smi", "collect-env": "collect-env", "pip-freeze": "pip-freeze",
+              "env-vars": "environment", "plain": "text"}
+
+
+@dataclass
+class Traffic:
+    """Ordinary lines of one process and template: counted, with times and examples."""
+
+    process: str | None
+    pid: int | None
+    rank: int | None
+    template: str
+    count: int = 0
+    first: datetime | None = None
+    last: datetime | None = None
+    first_line: int = 0
+    last_line: int = 0
+    examples: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)      # last values of environment fields it carries
+
+    def to_json(self) -> dict:
+        return {"process": self.process, "pid": self.pid, "rank": self.rank, "template": self.template,
+                "count": self.count, "first_line": self.first_line, "last_line": self.last_line,
+                "first": self.first.isoformat() if self.first else None,
+                "last": self.last.isoformat() if self.last else None, "examples": list(self.examples)}
 
 
 @dataclass
@@ -13,8 +46,8 @@ class ParsedSource:
 
     Invariant for text sources:
         event_lines + noise_lines + counted_lines + unparsed_lines == lines
-    where counted_lines are the lines of a large input that the prefilter counted without
-    parsing (no anchor near them; see parsers/prefilter.py).
+    counted_lines: ordinary traffic counted per template (``traffic``), and lines of a
+    large input that the scanner counted without parsing (no anchor near them).
     """
 
     relpath: str
@@ -27,9 +60,12 @@ class ParsedSource:
     unparsed_lines: int | None = 0
     problems: list[str] = field(default_factory=list)
     unparsed_samples: list[tuple[int, str]] = field(default_factory=list)
+    formats: dict[str, int] = field(default_factory=dict)
+    traffic: list[Traffic] = field(default_factory=list)
+    size: int | None = None
 
     def count_unparsed(self, lineno: int, text: str, keep: int = 5) -> None:
-        self.unparsed_lines += 1
+        self.unparsed_lines = (self.unparsed_lines or 0) + 1
         if len(self.unparsed_samples) < keep:
             self.unparsed_samples.append((lineno, text[:200]))
 
@@ -43,5 +79,14 @@ class ParsedSource:
             "noise_lines": self.noise_lines,
             "counted_lines": self.counted_lines,
             "unparsed_lines": self.unparsed_lines,
+            "formats": dict(self.formats),
             "problems": list(self.problems),
         }
+
+
+def dominant_kind(formats: dict[str, int]) -> str:
+    """The source's kind: its most frequent format other than plain lines."""
+    ranked = sorted(((n, f) for f, n in formats.items() if f != "plain" and n > 0), reverse=True)
+    if not ranked:
+        return "text"
+    return KIND_NAMES.get(ranked[0][1], ranked[0][1])

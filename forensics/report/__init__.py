@@ -1,0 +1,50 @@
+"""The reporters: each turns the report document into one output format.
+
+Adding a format: its module with ``render(document, out, options)``, one line in
+``REPORTERS``, and tests.  The CLI and the Python API find formats here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TextIO
+
+
+@dataclass(frozen=True)
+class Options:
+    redact: bool = False
+    explain: bool = False
+    quiet: bool = False
+    verbose: bool = False
+    width: int | None = None
+    color: bool | None = None
+    timeline_rows: int = 14
+    title_separately: bool = False
+
+
+@dataclass(frozen=True)
+class Reporter:
+    name: str
+    module: str
+    redact_by_default: bool
+    what: str
+
+
+REPORTERS: dict[str, Reporter] = {
+    "terminal": Reporter("terminal", "forensics.report.terminal", False, "the terminal (rich; plain text when piped)"),
+    "json": Reporter("json", "forensics.report.json", False, "JSON, schema forensics.report/1"),
+    "markdown": Reporter("markdown", "forensics.report.markdown", True, "Markdown for a GitHub issue"),
+    "html": Reporter("html", "forensics.report.html", True, "one self-contained HTML page"),
+}
+
+
+def render(document: dict, fmt: str, out: TextIO, options: Options) -> None:
+    """Write ``document`` in format ``fmt`` to ``out``, redacted first when asked."""
+    reporter = REPORTERS[fmt]
+    if options.redact:
+        from forensics.redact import redact_document
+        document = redact_document(document)
+    else:
+        document = {**document, "redaction": {"enabled": False, "counts": {}}}
+    importlib.import_module(reporter.module).render(document, out, options)

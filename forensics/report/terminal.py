@@ -1,254 +1,246 @@
-"""The terminal report (rich): verdict first, then ranks, timeline, environment, next steps.
+"""The terminal report (rich): the headline first, then known issues and next steps, the
+processes, the timeline, the checklist, the environment and the inputs.
 
-Fits 80 columns; plain text when stdout is not a terminal or NO_COLOR is set (rich
-honours both).
+Fits the terminal's width (80 columns when piped, or $COLUMNS); plain text without box
+characters or styles when stdout is not a terminal or NO_COLOR is set.  Every string
+from the inputs goes through ``inert.plain`` first: a log cannot move the cursor, set
+the title, write the clipboard or open a link.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+import sys
+from typing import TextIO
 
 from rich import box
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
+from rich.theme import Theme
 
-from forensics.events import Kind, Severity
-from forensics.report.json_report import TIMELINE_KINDS_ALWAYS
+from forensics.inert import plain
 
-if TYPE_CHECKING:
-    from forensics.case import Case
+THEME = Theme({
+    "failure": "bold red", "origin": "bold magenta", "surface": "red", "collateral": "yellow",
+    "healthy": "green", "unknown": "dim", "label": "bold", "note": "dim", "command": "cyan",
+    "check.pass": "green", "check.fail": "bold red", "check.unknown": "dim", "likely": "bold yellow",
+    "possible": "yellow", "source": "dim",
+})
+STATUS_STYLE = {"origin": "origin", "surfaced": "surface", "collateral": "collateral", "healthy": "healthy",
+                "unknown": "unknown"}
+FAILURE_KINDS = {"cuda-error", "device-assert", "worker-died", "oom", "sanitizer", "cuda-gdb", "fatal-signal",
+                 "peer-failure", "xid", "core-dump", "exception"}
 
-TIMELINE_FAILURE = {Kind.CUDA_ERROR, Kind.DEVICE_ASSERT, Kind.WORKER_DIED, Kind.OOM, Kind.SANITIZER,
-                    Kind.CUDA_GDB, Kind.FATAL_SIGNAL, Kind.PEER_FAILURE}
-STATUS_STYLE = {"origin": "bold red", "surfaced": "red", "collateral": "yellow",
-                "healthy": "green", "unknown": "dim"}
+
+def console_for(out: TextIO, options) -> Console:
+    interactive = getattr(out, "isatty", lambda: False)()
+    no_color = bool(os.environ.get("NO_COLOR")) or not interactive
+    width = options.width or _env_width() or (None if interactive else 80)
+    return Console(file=out, width=width, theme=THEME, no_color=no_color, highlight=False, emoji=False,
+                   markup=False, force_terminal=interactive and not no_color, safe_box=True,
+                   legacy_windows=False) if not no_color else \
+        Console(file=out, width=width, theme=THEME, no_color=True, highlight=False, emoji=False, markup=False,
+                color_system=None, force_terminal=False)
 
 
-def render(case: "Case", console: Console, explain: bool = False, timeline_rows: int = 14,
-           quiet: bool = False, verbose: bool = False) -> None:
-    ctx = case.context
-    console.print(_verdict_panel(case))
-    if quiet:
+def _env_width() -> int | None:
+    try:
+        value = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return None
+    return value if 40 <= value <= 1000 else None
+
+
+def render(document: dict, out: TextIO, options) -> None:
+    console = console_for(out, options)
+    plain_output = console.no_color
+    v = document["verdict"]
+    console.print(_verdict_panel(document, plain_output))
+    if options.quiet:
         return
-    if explain and ctx.explanations:
-        table = Table(box=box.SIMPLE, show_header=True, title="How the rules decided", title_justify="left")
-        table.add_column("rule", style="cyan", no_wrap=True)
+    if document["known_issues"]:
+        console.print(_known_issues(document))
+    if document["next_actions"]:
+        console.print(_next_steps(document, console.width))
+    if (options.explain or options.verbose) and v["explanation"]:
+        table = Table(box=None if plain_output else box.SIMPLE, title="How the rules decided", title_justify="left")
+        table.add_column("rule", style="command", no_wrap=True)
         table.add_column("conclusion")
-        for rule, text in ctx.explanations:
-            table.add_row(rule, Text(text))
+        for item in v["explanation"]:
+            table.add_row(item["rule"], Text(plain(item["text"])))
         console.print(table)
-    if ctx.ranks:
-        console.print(_ranks_table(case))
-    console.print(_timeline_table(case, timeline_rows))
-    if ctx.known_issues:
-        console.print(_known_issues(case))
-    if ctx.checklist:
-        console.print(_checklist_table(case))
-    if ctx.environment:
-        console.print(_environment_table(case))
-    if ctx.next_steps:
-        console.print(Text("Next steps (most confidence gained first)", style="bold"))
-        for n, step in enumerate(ctx.next_steps, 1):
-            command, _, why = step.partition("  # ")
-            console.print(Text(f" {n}. {why}", style="bold") if why else Text(f" {n}."))
-            console.print(Text(shell_wrap(command, console.width - 6, indent="    "), style="cyan"),
-                          soft_wrap=True)
-    console.print(_sources_table(case, verbose))
-    if ctx.signature:
-        console.print(Text(f"signature: {ctx.signature}", style="dim"))
+    if document["ranks"]:
+        console.print(_ranks_table(document, plain_output))
+    console.print(_timeline_table(document, options.timeline_rows, plain_output))
+    if document["checklist"]:
+        console.print(_checklist_table(document, plain_output))
+    if document["environment"]:
+        console.print(_environment_table(document, plain_output))
+    console.print(_sources_table(document, options.verbose, plain_output))
+    if document["signature"]:
+        console.print(Text(f"signature: {document['signature']}", style="note"))
 
 
-def _verdict_panel(case: "Case") -> Panel:
-    ctx = case.context
-    lines: list[Text] = []
-    if ctx.error:
-        sticky = "sticky" if ctx.error.sticky else "not sticky"
-        lines.append(Text.assemble(("Error   ", "bold"), (f"{ctx.error.name} ({ctx.error.code})", "bold red"),
-                                   f" - {ctx.error.message}; {sticky}"))
-    elif ctx.first_failure:
-        lines.append(Text.assemble(("Failure ", "bold"), (ctx.first_failure.what, "bold red")))
-    else:
-        lines.append(Text.assemble(("Failure ", "bold"), ("none found in the inputs", "green")))
-    for s in ctx.surfaces:
-        where = f"{_short(s.file)}:{s.line} in {s.function}" if s.file else "(no frame)"
-        api = f"{s.api} at " if s.api else ""
-        lines.append(Text.assemble(("Surface ", "bold"), f"rank {_r(s.rank)} pid {s.pid}: {api}{where}",
-                                   (f"  [{s.source}]", "dim")))
-    if ctx.origin:
-        o = ctx.origin
-        lines.append(Text.assemble(("Origin  ", "bold"), (o.kernel, "bold magenta"),
-                                   f" on rank {_r(o.rank)} pid {o.pid}: {o.fault}",
-                                   (f"  confidence {o.confidence}", "bold")))
-        for note in o.notes:
-            lines.append(Text(f"        {note}", style="dim"))
-    elif ctx.error and ctx.error.sticky:
-        lines.append(Text.assemble(("Origin  ", "bold"), ("unknown", "bold yellow"),
-                                   " - the calls above only reported an earlier asynchronous fault; "
-                                   "no device evidence names the kernel (see next steps)"))
-    if ctx.first_failure:
-        f = ctx.first_failure
-        lines.append(Text.assemble(("First   ", "bold"), f"rank {_r(f.rank)} pid {f.pid}: {f.basis}"))
-    collateral = [v for v in ctx.ranks.values() if v.status == "collateral"]
+def _row(label: str, *parts) -> Text:
+    """A labelled line whose continuation lines hang under the text, not the label."""
+    text = Text.assemble((f"{label:<8}", "label"), *parts)
+    return text
+
+
+def _verdict_panel(document: dict, plain_output: bool):
+    v = document["verdict"]
+    lines: list[Text] = [Text(plain(v["headline"]), style="failure" if v["failure_kind"] else "healthy")]
+    error = v["error"]
+    if error:
+        sticky = "sticky" if error["sticky"] else "not sticky"
+        code = f" ({error['code']})" if error["code"] is not None else ""
+        lines.append(_row("Error", (f"{error['name']}{code}", "failure"), f" - {plain(error['message'])}; {sticky}"
+                          + (f"; surfaced as {error['surfaced_as']}" if error.get("surfaced_as") else "")))
+    elif v["failure_kind"]:
+        lines.append(_row("Failure", (v["failure_kind"], "failure")))
+    for s in v["surfaces"][:6]:
+        where = f"{_short(s['file'])}:{s['line']} in {s['function']}" if s["file"] else "no source location"
+        api = f"{s['api']} at " if s["api"] else ""
+        lines.append(_row("Surface", f"{_who(s['rank'], s['pid'])}: {plain(api + where)}",
+                          (f"  [{plain(s['source'])}]", "source")))
+    if len(v["surfaces"]) > 6:
+        lines.append(Text(f"        ... {len(v['surfaces']) - 6} more surfaces (--format json)", style="note"))
+    origin, faulting = v["origin"], v["faulting_process"]
+    if origin:
+        lines.append(_row("Origin", (plain(origin["kernel"]), "origin"),
+                          f" on {_who(origin['rank'], origin['pid'])}: {plain(origin['fault'])}",
+                          (f"  confidence {origin['confidence']}", "label")))
+        for note in origin["notes"]:
+            lines.append(Text(f"        {plain(note)}", style="note"))
+    elif faulting:
+        lines.append(_row("Origin", ("kernel unknown", "collateral"),
+                          f" - {_who(faulting['rank'], faulting['pid'])} faulted on the device: {plain(faulting['fault'])}"))
+    elif error and error["sticky"]:
+        lines.append(_row("Origin", ("unknown", "collateral"),
+                          " - the calls above only reported an earlier asynchronous fault; no device evidence "
+                          "names the kernel (see next steps)"))
+    first = v["first_failure"]
+    if first:
+        lines.append(_row("First", f"{_who(first['rank'], first['pid'])}: {plain(first['basis'])}"))
+        if first.get("launcher_opinion"):
+            lines.append(Text(f"        {plain(first['launcher_opinion'])}", style="note"))
+    collateral = [r for r in document["ranks"] if r["status"] == "collateral"]
     if collateral:
-        names = ", ".join(f"rank {v.rank}" if v.rank is not None else (v.name or v.role) for v in collateral)
-        lines.append(Text.assemble(("Collat. ", "bold"), names))
+        names = ", ".join(_label(r) for r in collateral)
+        lines.append(_row("Collat.", plain(names)))
+    for note in v["notes"]:
+        lines.append(Text(plain(note), style="note"))
+    for failure in v["rule_failures"]:
+        lines.append(Text(plain(failure), style="failure"))
     lines.append(Text(""))
-    lines.append(Text(ctx.summary))
+    lines.append(Text(plain(v["summary"])))
+    if plain_output:
+        return Group(Text("forensics verdict", style="label"), *lines)
     return Panel(Group(*lines), title="forensics verdict", title_align="left", box=box.ROUNDED)
 
 
-def _ranks_table(case: "Case") -> Table:
-    table = Table(title="Processes", title_justify="left", box=box.SIMPLE_HEAD, expand=False)
+def _known_issues(document: dict) -> Group:
+    parts = [Text("Known issues", style="label")]
+    for k in document["known_issues"]:
+        parts.append(Text.assemble((f" {k['likelihood'].upper()} ", k["likelihood"]), (k["id"], "label"),
+                                   f" - {k['title']}"))
+        parts.append(Text(f"   workaround: {k['workaround']}"))
+        parts.append(Text(f"   matched: {'; '.join(k['matched'])}" +
+                          (f"; cannot tell: {', '.join(k['unknown'])}" if k["unknown"] else "")))
+        parts.append(Text(f"   does not prove: {k['does_not_prove']}", style="note"))
+        for ref in k["references"][:3]:
+            parts.append(Text(f"   {ref}", style="command"))
+    return Group(*parts)
+
+
+def _next_steps(document: dict, width: int) -> Group:
+    parts = [Text("Next steps (most confidence gained first)", style="label")]
+    for n, step in enumerate(document["next_actions"], 1):
+        parts.append(Text(f" {n}. {plain(step['why'])}"))
+        if step["command"]:
+            parts.append(Text(shell_wrap(plain(step["command"]), max(40, width - 6), indent="    "), style="command"))
+        for warning in step["warnings"]:
+            parts.append(Text(f"    note: {plain(warning)}", style="note"))
+    return Group(*parts)
+
+
+def _ranks_table(document: dict, plain_output: bool) -> Table:
+    table = Table(title="Processes", title_justify="left", box=None if plain_output else box.SIMPLE_HEAD)
     table.add_column("rank", justify="right")
     table.add_column("pid", justify="right")
     table.add_column("role")
     table.add_column("status")
     table.add_column("exit", justify="right")
-    table.add_column("how it went down [first error]", overflow="fold")
-    for v in case.context.ranks.values():
-        detail = v.failure or (v.first_error or "")[:90]
-        if v.first_error_source and v.status != "healthy":
-            detail = f"{detail} [{v.first_error_source}]".strip()
-        table.add_row(_r(v.rank), str(v.pid), Text(v.role), Text(v.status, style=STATUS_STYLE.get(v.status, "")),
-                      "" if v.exit_code is None else str(v.exit_code), Text(detail))
+    table.add_column("how it went down [evidence]", overflow="fold")
+    for r in document["ranks"][:64]:
+        detail = plain(r["failure"] or (r["first_error"] or "")[:90])
+        if r["first_error_source"] and r["status"] != "healthy":
+            detail = f"{detail} [{plain(r['first_error_source'])}]".strip()
+        table.add_row(_n(r["rank"]), _n(r["pid"]), plain(r["role"]), Text(r["status"], style=STATUS_STYLE[r["status"]]),
+                      _n(r["exit_code"]), Text(detail))
+    if len(document["ranks"]) > 64:
+        table.add_row("", "", "", "", "", Text(f"... {len(document['ranks']) - 64} more (--format json)", style="note"))
     return table
 
 
-def _timeline_table(case: "Case", rows: int) -> Table:
-    chosen = [e for e in case.events if e.kind in TIMELINE_KINDS_ALWAYS or e.severity >= Severity.ERROR]
-    chosen = [e for e in chosen if e.kind not in (Kind.LOG, Kind.EXIT)]
-    # a per-rank log repeats what the server console relayed: show each event once
-    seen, unique = set(), []
-    for e in chosen:
-        key = (e.pid, e.kind, e.message, e.time)
-        if key not in seen:
-            seen.add(key)
-            unique.append(e)
-    chosen = unique
-    if len(chosen) > rows:
-        # The window that matters: from just before the first failure on.
-        first = next((i for i, e in enumerate(chosen) if e.kind in TIMELINE_FAILURE), 0)
-        start = max(0, min(first - 2, len(chosen) - rows))
-        chosen = chosen[start:start + rows]
-    table = Table(title="Timeline around the failure", title_justify="left", box=box.SIMPLE_HEAD)
+def _timeline_table(document: dict, rows: int, plain_output: bool) -> Table:
+    events = [e for e in document["timeline"] if e["kind"] not in ("log", "exit") or e["severity"] in ("ERROR", "CRITICAL")]
+    if len(events) > rows:
+        first = next((i for i, e in enumerate(events) if e["kind"] in FAILURE_KINDS), 0)
+        start = max(0, min(first - 2, len(events) - rows))
+        events = events[start:start + rows]
+    table = Table(title="Timeline around the failure (~: time taken from the line before; -: no wall-clock time)",
+                  title_justify="left", box=None if plain_output else box.SIMPLE_HEAD)
     table.add_column("time", no_wrap=True)
     table.add_column("rank", justify="right")
     table.add_column("kind", no_wrap=True)
     table.add_column("what", overflow="fold")
-    for e in chosen:
-        when = e.time.strftime("%H:%M:%S") if e.time else "-"
-        table.add_row(when + ("~" if e.time_inferred else ""), _r(e.rank), e.kind,
-                      Text.assemble(e.message[:110], (f" [{e.where}]", "dim")))
+    for e in events:
+        when = e["time"][11:19] if e["time"] else "-"
+        table.add_row(when + ("~" if e["time_inferred"] else ""), _n(e["rank"]), e["kind"],
+                      Text.assemble(plain(e["message"][:110]), (f" [{plain(e['source'])}]", "source")))
     return table
 
 
-CHECK_STYLE = {"pass": "green", "fail": "bold red", "unknown": "dim"}
-
-
-def _checklist_table(case: "Case") -> Table:
-    table = Table(title="Incident checklist", title_justify="left", box=box.SIMPLE_HEAD)
+def _checklist_table(document: dict, plain_output: bool) -> Table:
+    table = Table(title="Incident checklist", title_justify="left", box=None if plain_output else box.SIMPLE_HEAD)
     table.add_column("check", overflow="fold")
     table.add_column("", no_wrap=True)
     table.add_column("finding", overflow="fold")
-    for item in case.context.checklist:
-        finding = item["finding"] + (f" [{item['evidence']}]" if item.get("evidence") else "")
-        table.add_row(Text(item["check"]), Text(item["status"], style=CHECK_STYLE[item["status"]]), Text(finding))
+    for item in document["checklist"]:
+        finding = plain(item["finding"]) + (f" [{plain(item['evidence'])}]" if item.get("evidence") else "")
+        table.add_row(Text(item["check"]), Text(item["status"], style=f"check.{item['status']}"), Text(finding))
     return table
 
 
-def _known_issues(case: "Case") -> Group:
-    parts = [Text("Known issues", style="bold")]
-    for k in case.context.known_issues:
-        parts.append(Text.assemble((f" {k['likelihood'].upper()} ", "bold yellow"), (k["id"], "bold"), f" - {k['title']}"))
-        parts.append(Text(f"   matched: {'; '.join(k['matched'])}" +
-                          (f"; cannot tell: {', '.join(k['unknown'])}" if k["unknown"] else "")))
-        parts.append(Text(f"   workaround: {k['workaround']}"))
-        parts.append(Text(f"   does not prove: {k['does_not_prove']}", style="dim"))
-        for ref in k["references"][:3]:
-            parts.append(Text(f"   {ref}", style="cyan"))
-    return Group(*parts)
-
-
-def _environment_table(case: "Case") -> Table:
-    table = Table(title="Environment", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
-    table.add_column("key", style="cyan", no_wrap=True)
+def _environment_table(document: dict, plain_output: bool) -> Table:
+    table = Table(title="Environment", title_justify="left", box=None if plain_output else box.SIMPLE_HEAD,
+                  show_header=False)
+    table.add_column("key", style="command", no_wrap=True)
     table.add_column("value", overflow="fold")
-    for key, value in case.context.environment.items():
-        table.add_row(key, Text(str(value)[:120]))
+    for key, value in document["environment"].items():
+        table.add_row(plain(key), Text(plain(str(value))[:120]))
     return table
 
 
-def _sources_table(case: "Case", verbose: bool = False) -> Table:
-    table = Table(title="Inputs", title_justify="left", box=box.SIMPLE_HEAD)
+def _sources_table(document: dict, verbose: bool, plain_output: bool) -> Table:
+    table = Table(title="Inputs", title_justify="left", box=None if plain_output else box.SIMPLE_HEAD)
     table.add_column("file", overflow="fold")
     table.add_column("kind")
     table.add_column("lines", justify="right")
     table.add_column("events", justify="right")
     table.add_column("unparsed", justify="right")
-    quiet_inputs = [s for s in case.sources if not s.events and not s.problems and not s.unparsed_lines]
-    shown = case.sources if len(case.sources) <= 40 else [s for s in case.sources if s not in quiet_inputs][:40]
+    sources = document["sources"]
+    shown = sources if len(sources) <= 40 else [s for s in sources if s["events"] or s["problems"]][:40]
     for s in shown:
-        table.add_row(Text(s.relpath), s.kind, _n(s.lines), str(len(s.events)), _n(s.unparsed_lines))
-        for problem in s.problems:
-            table.add_row(Text(f"  ! {problem}", style="yellow"), "", "", "", "")
-        if verbose:
-            for lineno, text in s.unparsed_samples:
-                table.add_row(Text(f"  ? {lineno}: {text[:70]}", style="dim"), "", "", "", "")
-    if len(shown) < len(case.sources):
-        table.add_row(Text(f"... {len(case.sources) - len(shown)} more inputs (see --format json)", style="dim"),
-                      "", "", "", "")
+        table.add_row(Text(plain(s["path"])), s["kind"], _n(s["lines"]), str(s["events"]), _n(s["unparsed_lines"]))
+        for problem in s["problems"][:5]:
+            table.add_row(Text(f"  ! {plain(problem)}", style="collateral"), "", "", "", "")
+    if len(shown) < len(sources):
+        table.add_row(Text(f"... {len(sources) - len(shown)} more inputs (--format json)", style="note"), "", "", "", "")
     return table
-
-
-def render_timeline(frame, console: Console, limit: int | None = 200) -> None:
-    shown = frame if limit is None else frame.head(limit)
-    table = Table(title=f"Timeline ({len(frame)} events)", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("time", no_wrap=True)
-    table.add_column("rank", justify="right")
-    table.add_column("kind", no_wrap=True)
-    table.add_column("sev", no_wrap=True)
-    table.add_column("what", overflow="fold")
-    for row in shown.itertuples(index=False):
-        when = "-" if row.time is None or str(row.time) == "NaT" else row.time.strftime("%H:%M:%S")
-        rank = "-" if str(row.rank) in ("<NA>", "nan", "None") else str(row.rank)
-        table.add_row(when, rank, row.kind, row.severity[:4],
-                      Text.assemble(str(row.message)[:120], (f" [{row.source}:{row.line}]", "dim")))
-    console.print(table)
-    if limit is not None and len(frame) > limit:
-        console.print(Text(f"... {len(frame) - limit} more; --limit 0 shows all, --csv/--jsonl export them",
-                           style="dim"))
-
-
-def render_comparison(result, console: Console) -> None:
-    table = Table(title="Runs", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("run", overflow="fold")
-    table.add_column("group", justify="right")
-    table.add_column("signature", no_wrap=True)
-    table.add_column("fault | kernel or site | phase", overflow="fold")
-    group_of = {}
-    for n, (signature, runs) in enumerate(result.groups(), 1):
-        for run in runs:
-            group_of[run.name] = n
-    for run in result.runs:
-        short = run.name.rstrip("/").rsplit("/", 1)[-1]
-        table.add_row(Text(short), str(group_of[run.name]),
-                      Text((run.signature or "-").replace("forensics.sig/1:", "")), Text(run.parts))
-    console.print(table)
-    for line in result.reproduction():
-        console.print(Text(line, style="bold"))
-    diffs = result.differing_environment()
-    if diffs:
-        env = Table(title="Environment that differs", title_justify="left", box=box.SIMPLE_HEAD)
-        env.add_column("field", style="cyan")
-        for run in result.runs:
-            env.add_column(Text(run.name.rstrip("/").rsplit("/", 1)[-1]), overflow="fold")
-        for key, values in diffs.items():
-            env.add_row(key, *[Text("-" if v is None else str(v)) for v in values])
-        console.print(env)
-    else:
-        console.print(Text("No environment field differs between the runs.", style="dim"))
 
 
 def shell_wrap(command: str, width: int, indent: str = "") -> str:
@@ -264,16 +256,49 @@ def shell_wrap(command: str, width: int, indent: str = "") -> str:
     return "\n".join(lines)
 
 
+def _who(rank, pid) -> str:
+    if rank is not None:
+        return f"rank {rank}" + (f" pid {pid}" if pid is not None else "")
+    return f"pid {pid}" if pid is not None else "an unidentified process"
+
+
+def _label(r: dict) -> str:
+    return f"rank {r['rank']}" if r["rank"] is not None else f"{r['name'] or r['role']} (pid {r['pid']})"
+
+
 def _short(path: str | None) -> str:
     if not path:
         return "?"
-    marker = "site-packages/"
-    return path.split(marker, 1)[1] if marker in path else path
-
-
-def _r(rank) -> str:
-    return "-" if rank is None else str(rank)
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return plain(path)
 
 
 def _n(value) -> str:
     return "-" if value is None else str(value)
+
+
+def render_timeline(frame, out: TextIO, options, limit: int | None = 200) -> None:
+    console = console_for(out, options)
+    shown = frame if limit is None else frame.head(limit)
+    table = Table(title=f"Timeline ({len(frame)} events)", title_justify="left",
+                  box=None if console.no_color else box.SIMPLE_HEAD)
+    table.add_column("time", no_wrap=True)
+    table.add_column("rank", justify="right")
+    table.add_column("kind", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("what", overflow="fold")
+    for row in shown.itertuples(index=False):
+        when = "-" if row.time is None or str(row.time) == "NaT" else row.time.strftime("%H:%M:%S")
+        rank = "-" if str(row.rank) in ("<NA>", "nan", "None") else str(row.rank)
+        table.add_row(when, rank, row.kind, row.severity,
+                      Text.assemble(plain(str(row.message))[:120], (f" [{plain(row.source)}:{row.line}]", "source")))
+    console.print(table)
+    if limit is not None and len(frame) > limit:
+        console.print(Text(f"... {len(frame) - limit} more; --limit 0 shows all, --csv/--jsonl export them",
+                           style="note"))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("use: forensics analyze")

@@ -1,11 +1,12 @@
-"""The analysis: a list of named rules run in order over one Context.
+"""The analysis: the named rules, in the order they run.
 
-Order matters only where a rule reads another's conclusion (the origin before the first
-failure, statuses before next steps); each rule documents itself in its docstring.
+Adding a rule: its module (a ``Rule`` subclass whose docstring documents it, with
+``reads``/``writes``), one line in ``PIPELINE``, and unit tests on hand-built evidence.
+The order is checked: a rule may read only what earlier rules wrote.
 """
 
-from forensics.rules.advice import NextSteps, Signature, Summary
-from forensics.rules.base import Context, Rule
+from forensics.rules.advice import GraphReplay, Headline, NextSteps, Signature
+from forensics.rules.base import Evidence, Rule, SourceFacts, check_order, run as run_pipeline
 from forensics.rules.checklist import Checklist
 from forensics.rules.environment import Environment
 from forensics.rules.errors import ReportedError, SurfacePoints
@@ -21,18 +22,19 @@ PIPELINE: tuple[type[Rule], ...] = (
     CollectiveHang,
     FirstFailureRule,
     RankStatuses,
+    GraphReplay,
     NextSteps,
     Signature,
     KnownIssues,
     Checklist,
-    Summary,
+    Headline,
 )
 
-
-def run(ctx: Context) -> Context:
-    for rule_class in PIPELINE:
-        rule_class().apply(ctx)
-    return ctx
+check_order(PIPELINE)
 
 
-__all__ = ["PIPELINE", "Context", "Rule", "run"]
+def run(evidence: Evidence):
+    return run_pipeline(PIPELINE, evidence)
+
+
+__all__ = ["PIPELINE", "Evidence", "Rule", "SourceFacts", "run"]

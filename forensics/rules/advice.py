@@ -1,102 +1,166 @@
-"""What to do next, the crash signature, and the one-paragraph summary."""
+"""What to do next, and the crash signature."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 
-from forensics import knowledge
+from forensics import inert, knowledge, names
 from forensics.events import Kind
-from forensics.rules.base import Context, Rule
+from forensics.rules.base import Evidence, Rule, VerdictView
+from forensics.verdict import FailureKind, NextStep, SignaturePart, Status
 
 SIGNATURE_VERSION = "forensics.sig/1"
 
 
+class GraphReplay(Rule):
+    """When the error surfaced in a CUDA graph replay (``CUDAGraph.replay``, a host
+    backtrace through ``cudaGraphLaunch``), says that the faulting kernel ran inside the
+    graph and that CUDA_LAUNCH_BLOCKING=1 cannot localise it."""
+
+    name = "graph-replay"
+    reads = ("surfaces",)
+
+    def predicate(self, evidence: Evidence, verdict: VerdictView) -> bool:
+        return any(s.graph_replay for s in verdict.surfaces)
+
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        verdict.note("The error surfaced in a CUDA graph replay: the faulting kernel ran inside the captured graph, "
+                     "so CUDA_LAUNCH_BLOCKING=1 cannot point at it; run eager (--enforce-eager) or take a GPU core "
+                     "dump or a compute-sanitizer run of the replay.")
+        verdict.explain("Surface is a CUDA graph replay.")
+
+
 class NextSteps(Rule):
-    """Lists the commands that would collect the evidence this analysis is missing, in
-    the order of how much they would raise confidence: when the faulting kernel is
-    unknown, compute-sanitizer, GPU core dumps and CUDA_LAUNCH_BLOCKING; when no kernel
-    log was given, the Xid lines; when the all-reduce backend cannot be told, DEBUG
-    logging.  Commands carry this server's model and TP size when the logs show them."""
+    """Lists what would collect the evidence this analysis is missing, in the order of
+    how much it would raise confidence: when only relays are in the inputs, the logs
+    that hold the failure; when the faulting kernel is unknown, compute-sanitizer, GPU
+    core dumps and CUDA_LAUNCH_BLOCKING (not for a graph replay); for a hang, stacks of
+    every rank and NCCL's flight recorder; when no kernel log was given, the Xid lines;
+    when the all-reduce backend cannot be told, DEBUG logging.  Values taken from the
+    logs (model, TP size) go into commands shell-quoted, and only when they look like
+    what they claim."""
 
     name = "next-steps"
+    reads = ("error", "origin", "environment", "ranks", "failure_kind", "surfaces", "hang")
+    writes = ("next_steps",)
 
-    def apply(self, ctx: Context) -> None:
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
         gaps = set()
-        sticky = ctx.error is not None and ctx.error.sticky
-        if sticky and (ctx.origin is None or ctx.origin.kernel == "unknown" or ctx.origin.confidence == "low"):
+        error, origin, kind = verdict.error, verdict.origin, verdict.failure_kind
+        env = verdict.environment
+        sticky = error is not None and error.error.sticky
+        replay = any(s.graph_replay for s in verdict.surfaces)
+        if kind == FailureKind.RELAY_ONLY:
+            gaps.add("relay-only")
+        if (sticky or kind == FailureKind.CUDA_ERROR) and (origin is None or not origin.kernel):
             gaps.add("no-origin")
-        if sticky and not ctx.of_kind(Kind.XID):
+            gaps.add("graph-replay" if replay else "no-origin-eager")
+        if kind == FailureKind.DEVICE_ASSERT and (origin is None or not names.is_named(origin.kernel)):
+            gaps.add("device-assert")
+        if kind in (FailureKind.HANG, FailureKind.NCCL_TIMEOUT):
+            gaps.add("hang")
+            if kind == FailureKind.NCCL_TIMEOUT or any(e.attrs.get("message_id", "").startswith("nccl")
+                                                      for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)):
+                gaps.add("nccl-hang")
+        if kind == FailureKind.OOM:
+            gaps.add("oom")
+        if (sticky or kind in (FailureKind.CUDA_ERROR, FailureKind.FATAL_SIGNAL)) and not evidence.of_kind(Kind.XID):
             gaps.add("no-kernel-log")
-        tp = ctx.environment.get("tensor_parallel_size")
-        if sticky and isinstance(tp, int) and tp > 1 and not any(
-                k in ctx.environment for k in ("allreduce_backend", "flashinfer_allreduce_backend")):
+        tp = env.get("tensor_parallel_size")
+        if sticky and isinstance(tp, int) and tp > 1 and str(env.get("vllm", "")) and not any(
+                k in env for k in ("allreduce_backend", "flashinfer_allreduce_backend")) and env.get("vllm"):
             gaps.add("backend-unknown")
-        workers = [v for v in ctx.ranks.values() if v.role == "worker"]
-        if isinstance(tp, int) and tp > 1 and len(workers) < tp:
+        workers = [v for v in verdict.ranks if v.role == "worker"]
+        if isinstance(tp, int) and tp > 1 and workers and len(workers) < tp:
             gaps.add("ranks-missing")
-        serve = _serve_command(ctx.environment)
+        if kind is not None and not any(s.kind == "collect-manifest" for s in evidence.sources):
+            gaps.add("not-collected")
+        serve, warnings = serve_command(env)
+        process = "python"
+        steps = []
         for step in knowledge.load("next_steps")["step"]:
-            if step["when"] in gaps:
-                ctx.next_steps.append(f"{step['command'].format(serve=serve)}  # {step['why']}")
+            if step["when"] not in gaps:
+                continue
+            command = step.get("command")
+            if command:
+                command = command.replace("{serve}", serve).replace("{process}", process)
+            steps.append(NextStep(step["id"], step["why"], command or None,
+                                  tuple(warnings) if command and "{serve}" in step.get("command", "") else ()))
+            if not command and step.get("action"):
+                steps[-1] = NextStep(step["id"], f"{step['why']}: {step['action']}", None)
+        verdict.next_steps = tuple(steps)
         if gaps:
-            ctx.explain(self, f"Missing evidence: {', '.join(sorted(gaps))}.")
+            verdict.explain(f"Missing evidence: {', '.join(sorted(gaps))}.")
 
 
-def _serve_command(env: dict) -> str:
-    model = env.get("model") or "<model>"
-    parts = [f"vllm serve {model}"]
-    if env.get("tensor_parallel_size"):
-        parts.append(f"--tensor-parallel-size {env['tensor_parallel_size']}")
-    if env.get("max_num_batched_tokens"):
-        parts.append(f"--max-num-batched-tokens {env['max_num_batched_tokens']}")
-    return " ".join(parts)
+def serve_command(env: dict) -> tuple[str, list[str]]:
+    """The server command with the values the logs printed, each shell-quoted, or a
+    placeholder when a value does not look like one."""
+    warnings: list[str] = []
+    engine = env.get("engine")
+    model, warn = inert.shell_value(env["model"], "model", "<model>") if env.get("model") else ("<model>", None)
+    if warn:
+        warnings.append(warn)
+    if engine == "sglang":
+        parts = [f"python -m sglang.launch_server --model-path {model}"]
+        flag = "--tp-size"
+    else:
+        parts = [f"vllm serve {model}"]
+        flag = "--tensor-parallel-size"
+    for key, option in (("tensor_parallel_size", flag), ("max_num_batched_tokens", "--max-num-batched-tokens")):
+        if env.get(key) is not None and not (engine == "sglang" and key == "max_num_batched_tokens"):
+            value, warn = inert.shell_value(env[key], "int", f"<{key}>")
+            if warn:
+                warnings.append(warn)
+            parts.append(f"{option} {value}")
+    return " ".join(parts), warnings
 
 
 class Signature(Rule):
-    """Builds a crash signature stable across reruns of the same bug (no pids, addresses,
-    times, paths, JIT hashes), versioned as forensics.sig/1.  Parts, each recording
-    whether it contributed and why: the fault class (from the origin's fault when the
-    kernel is known, so a rerun under compute-sanitizer - 719 instead of 700 - keeps its
-    signature; else the CUDA error name or the failure kind); the origin kernel
+    """Builds a crash signature stable across reruns of the same bug (no pids,
+    addresses, times, paths, JIT hashes), versioned as forensics.sig/1.  Parts, each
+    recording whether it contributed and why: the fault class (from the origin's fault
+    when the kernel is known, so a rerun under compute-sanitizer - 719 instead of 700 -
+    keeps its signature; else the error name or the failure kind); the origin kernel
     normalised (template arguments, parameters, offsets and hashes dropped) or, when the
     origin is unknown, the surface site as file-basename:function@API with error-check
-    and library frames skipped; and the engine phase."""
+    and library frames skipped; and the engine phase.  A kernel named only by an
+    ordinary log line never feeds it."""
 
     name = "signature"
+    reads = ("origin", "error", "surfaces", "environment", "failure_kind")
+    writes = ("signature", "signature_parts")
 
-    def apply(self, ctx: Context) -> None:
-        parts = []
-
-        def part(name, value, why):
-            parts.append({"part": name, "value": value, "contributed": value is not None, "why": why})
-
-        kernel_known = ctx.origin is not None and ctx.origin.kernel != "unknown"
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        parts: list[SignaturePart] = []
+        origin, error, kind = verdict.origin, verdict.error, verdict.failure_kind
+        kernel_known = origin is not None and names.is_named(origin.kernel)
         if kernel_known:
-            part("fault", fault_class(ctx.origin.fault), f"class of the origin's fault ({ctx.origin.fault})")
-        elif ctx.error:
-            part("fault", ctx.error.name, "the CUDA error reported (origin unknown)")
+            parts.append(SignaturePart("fault", fault_class(origin.fault), True, f"class of the origin's fault ({origin.fault})"))
+        elif error is not None:
+            parts.append(SignaturePart("fault", error.name, True, "the error reported (origin unknown)"))
+        elif kind is not None:
+            parts.append(SignaturePart("fault", kind.value, True, "the failure kind (no CUDA error)"))
         else:
-            part("fault", ctx.failure_kind, "the failure kind (no CUDA error)" if ctx.failure_kind
-                 else "no failure found")
+            parts.append(SignaturePart("fault", None, False, "no failure found"))
         if kernel_known:
-            part("origin", normalise_kernel(ctx.origin.kernel), "the kernel that faulted, normalised")
+            parts.append(SignaturePart("origin", names.normalise(origin.kernel), True, "the kernel that faulted, normalised"))
         else:
-            part("origin", None, "origin unknown")
-            site = _surface_site(ctx)
-            part("surface", site, "where the error surfaced, since the origin is unknown" if site
-                 else "no surface site outside error-check helpers and libraries")
-        phase = ctx.environment.get("phase")
-        part("phase", phase if phase and phase != "unknown" else None,
-             "engine phase at the failure" if phase and phase != "unknown" else "phase unknown")
-        ctx.signature_parts = parts
-        used = [f"{p['part']}={p['value']}" for p in parts if p["contributed"]]
-        if ctx.failure_kind is None and ctx.error is None and not kernel_known:
-            ctx.explain(self, "No failure, no signature.")
+            parts.append(SignaturePart("origin", None, False, "origin unknown"))
+            site = _surface_site(verdict.surfaces)
+            parts.append(SignaturePart("surface", site, site is not None,
+                                       "where it surfaced, since the origin is unknown" if site else
+                                       "no surface site outside error-check helpers and libraries"))
+        phase = verdict.environment.get("phase")
+        parts.append(SignaturePart("phase", phase, bool(phase), "engine phase at the failure" if phase else "phase unknown"))
+        verdict.signature_parts = tuple(parts)
+        used = [f"{p.part}={p.value}" for p in parts if p.contributed]
+        if kind is None and error is None and not kernel_known:
+            verdict.explain("No failure, no signature.")
             return
-        digest = hashlib.sha1("|".join(used).encode()).hexdigest()[:12]
-        ctx.signature = f"{SIGNATURE_VERSION}:{digest}"
-        ctx.explain(self, f"Signature {ctx.signature} from {', '.join(used)}.")
+        verdict.signature = f"{SIGNATURE_VERSION}:{hashlib.sha1('|'.join(used).encode()).hexdigest()[:12]}"
+        verdict.explain(f"Signature {verdict.signature} from {', '.join(used)}.")
 
 
 def fault_class(text: str) -> str:
@@ -106,71 +170,109 @@ def fault_class(text: str) -> str:
     return "other-fault"
 
 
-def normalise_kernel(name: str) -> str:
-    """Kernel name without template arguments, parameter lists, hashes or offsets."""
-    name = re.sub(r"<<<[^>]*>>>", "", name)   # launch configuration, before template arguments
-    depth, kept = 0, []
-    for ch in name:                       # template arguments may nest: balance brackets
-        if ch == "<":
-            depth += 1
-            continue
-        if ch == ">" and depth:
-            depth -= 1
-            continue
-        if depth == 0:
-            kept.append(ch)
-    name = "".join(kept)
-    for pattern, replacement in knowledge.load("signature")["kernels"]["normalisers"]:
-        name = re.sub(pattern, replacement, name)
-    return name.strip()
-
-
-def _surface_site(ctx: Context) -> str | None:
+def _surface_site(surfaces) -> str | None:
     skip = [re.compile(p) for p in knowledge.load("signature")["surface"]["skip_files"]]
-    for s in ctx.surfaces:
+    for s in surfaces:
         if s.file and not any(p.search(s.file) for p in skip):
             return f"{s.file.rsplit('/', 1)[-1]}:{s.function}" + (f"@{s.api}" if s.api else "")
     return None
 
 
-class Summary(Rule):
-    """Writes the verdict in one paragraph: error, where it surfaced, origin or its
-    absence, who failed first, who died as collateral."""
+def rank_label(rank, pid=None) -> str:
+    if rank is not None:
+        return f"rank {rank}"
+    return f"pid {pid}" if pid is not None else "an unidentified process"
 
-    name = "summary"
 
-    def apply(self, ctx: Context) -> None:
-        bits = []
-        if ctx.failure_kind == "startup":
-            bits.append("the server failed while starting")
-        if ctx.error:
-            bits.append(f"{ctx.error.name} ({ctx.error.code})"
-                        + ("" if ctx.error.sticky else f": {ctx.error.meaning}"))
-            if ctx.surfaces:
-                s = ctx.surfaces[0]
-                where = f"{s.file.rsplit('/', 1)[-1]}:{s.line} {s.function}" if s.file else "a host call"
-                api = f"{s.api} at " if s.api else ""
-                bits.append(f"surfaced on rank {s.rank} at {api}{where}")
-            if ctx.origin and ctx.origin.kernel != "unknown":
-                bits.append(f"faulting kernel {ctx.origin.kernel} on rank {ctx.origin.rank} "
-                            f"({ctx.origin.confidence} confidence)")
-            elif ctx.origin:
-                bits.append(f"rank {ctx.origin.rank} ran the faulting kernel ({ctx.origin.fault}) "
-                            f"but no evidence names the kernel")
-            elif ctx.error.sticky:
-                bits.append("the faulting kernel is unknown: the reporting call is only where the "
-                            "sticky error surfaced")
-        elif ctx.origin and ctx.origin.kernel != "unknown":
-            bits.append(f"{ctx.origin.fault} in kernel {ctx.origin.kernel}"
-                        + (f" on rank {ctx.origin.rank}" if ctx.origin.rank is not None else "")
-                        + f" ({ctx.origin.confidence} confidence; no host call reported a CUDA error)")
-        elif ctx.first_failure:
-            bits.append(ctx.first_failure.what)
-        else:
-            bits.append("no failure found in the inputs")
-        if ctx.first_failure and ctx.first_failure.rank is not None:
-            bits.append(f"first failure: rank {ctx.first_failure.rank}")
-        collateral = sorted(v.rank for v in ctx.ranks.values() if v.status == "collateral" and v.rank is not None)
-        if collateral:
-            bits.append(f"collateral ranks: {', '.join(map(str, collateral))}")
-        ctx.summary = "; ".join(bits) + "."
+class Headline(Rule):
+    """Writes the verdict's one-line headline (what failed, where, on which rank, how
+    sure, and the known-issue workaround when one matches) and its one-paragraph
+    summary (error, surface, origin or its absence, first failure, collateral)."""
+
+    name = "headline"
+    reads = ("error", "origin", "surfaces", "first_failure", "failure_kind", "ranks", "known_issues", "hang")
+    writes = ("headline", "summary")
+
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        verdict.headline = headline(verdict)
+        verdict.summary = summary(verdict)
+
+
+def _what(verdict) -> str:
+    error, kind = verdict.error, verdict.failure_kind
+    if error is not None:
+        return f"{error.name} ({error.code})" if error.code is not None else error.name
+    if kind == FailureKind.OOM:
+        return "CUDA out of memory"
+    if kind == FailureKind.RELAY_ONLY:
+        return "the engine died"
+    if kind in (FailureKind.HANG, FailureKind.NCCL_TIMEOUT):
+        return "a collective hang" if kind == FailureKind.HANG else "an NCCL collective timeout"
+    if verdict.first_failure is not None:
+        return verdict.first_failure.what
+    return kind.value if kind is not None else "no failure"
+
+
+def headline(verdict) -> str:
+    if verdict.failure_kind is None and verdict.error is None:
+        return "No failure found in the inputs."
+    parts = [_what(verdict)]
+    origin, first = verdict.origin, verdict.first_failure
+    if origin is not None and origin.kernel:
+        parts.append(f"in {origin.kernel} on {rank_label(origin.rank, origin.pid)} ({origin.confidence} confidence)")
+    elif verdict.failure_kind == FailureKind.RELAY_ONLY:
+        parts.append("- its own failure is not in these inputs")
+    elif first is not None and (first.rank is not None or first.pid is not None):
+        parts.append(f"on {rank_label(first.rank, first.pid)}")
+        if origin is not None:
+            parts.append(f"({origin.fault}; kernel unknown)")
+        elif verdict.error is not None and verdict.error.error.sticky:
+            parts.append("(faulting kernel unknown)")
+    elif first is not None:
+        parts.append("- first failing rank unknown")
+    if verdict.surfaces:
+        s = verdict.surfaces[0]
+        where = f"{s.file.rsplit('/', 1)[-1]}:{s.line} {s.function or ''}".strip() if s.file else None
+        if where:
+            parts.append(f"- surfaced at {where}" + (f" ({s.api})" if s.api else ""))
+    line = " ".join(parts)
+    if verdict.known_issues:
+        k = verdict.known_issues[0]
+        line += f"; {k.likelihood} known issue {k.id}: {k.workaround}"
+    return line
+
+
+def summary(verdict) -> str:
+    bits = []
+    error, origin, kind = verdict.error, verdict.origin, verdict.failure_kind
+    if kind == FailureKind.STARTUP:
+        bits.append("the server failed while starting")
+    if error is not None:
+        bits.append(f"{error.name} ({error.code})" + ("" if error.error.sticky else f": {error.error.meaning}"))
+        if error.cause_of:
+            bits.append(f"it surfaced as {error.cause_of}")
+    elif kind is not None and kind != FailureKind.STARTUP:
+        bits.append(_what(verdict))
+    if verdict.surfaces:
+        s = verdict.surfaces[0]
+        where = f"{s.file.rsplit('/', 1)[-1]}:{s.line} {s.function}" if s.file else "a host call"
+        bits.append(f"surfaced on {rank_label(s.rank, s.pid)} at {s.api + ' at ' if s.api else ''}{where}")
+    if origin is not None and origin.kernel:
+        bits.append(f"faulting kernel {origin.kernel} on {rank_label(origin.rank, origin.pid)} ({origin.confidence} confidence)")
+    elif origin is not None:
+        bits.append(f"{rank_label(origin.rank, origin.pid)} ran the faulting kernel ({origin.fault}) but no evidence names it")
+    elif error is not None and error.error.sticky:
+        bits.append("the faulting kernel is unknown: the reporting call is only where the sticky error surfaced")
+    first = verdict.first_failure
+    if kind == FailureKind.RELAY_ONLY:
+        bits.append("only relays of the failure are in the inputs: the failing process's own error is not")
+    elif first is not None and first.rank is not None:
+        bits.append(f"first failure: rank {first.rank}")
+    elif first is not None:
+        bits.append("the first failing rank cannot be told from these inputs")
+    collateral = sorted({v.rank for v in verdict.ranks if v.status == Status.COLLATERAL and v.rank is not None})
+    if collateral:
+        bits.append(f"collateral ranks: {', '.join(map(str, collateral))}")
+    if not bits:
+        return "No failure found in the inputs."
+    return "; ".join(bits) + "."

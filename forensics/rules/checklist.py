@@ -9,7 +9,8 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from forensics.events import Kind
-from forensics.rules.base import Context, Rule
+from forensics.rules.base import Evidence, Rule, VerdictView
+from forensics.verdict import Check, ChecklistItem, FailureKind, Status
 
 
 class Checklist(Rule):
@@ -18,92 +19,92 @@ class Checklist(Rule):
     GPU and TP topology; model and quantization; --disable-custom-all-reduce; whether the
     failing prompt spanned several chunked-prefill blocks and in which it died; KV-cache
     usage at the crash; whether every rank went down at the same point; what the client
-    saw."""
+    saw.  Never contradicts the verdict: "what the client saw" and "every rank went down"
+    read the same facts the verdict does."""
 
     name = "checklist"
+    reads = ("environment", "environment_sources", "ranks", "failure_kind")
+    writes = ("checklist",)
 
-    def apply(self, ctx: Context) -> None:
-        env, src = ctx.environment, ctx.environment_sources
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        env, src = verdict.environment, verdict.environment_sources
+        items: list[ChecklistItem] = []
 
         def item(check, status, finding, *keys):
-            evidence = next((src[k] for k in keys if k in src), None)
-            ctx.checklist.append({"check": check, "status": status, "finding": finding, "evidence": evidence})
+            items.append(ChecklistItem(check, status, finding, next((src[k] for k in keys if k in src), None)))
 
-        versions = {k: env.get(k) for k in ("vllm", "flashinfer", "torch")}
+        versions = {k: env.get(k) for k in ("vllm", "torch", "cuda", "driver")}
         known = {k: v for k, v in versions.items() if v}
-        item("versions (vLLM, FlashInfer, torch)", "pass" if len(known) == 3 else "unknown",
-             ", ".join(f"{k} {v}" for k, v in known.items()) +
-             ("; " if known else "") + ", ".join(f"{k} not printed" for k in versions if k not in known),
-             "vllm", "flashinfer", "torch")
+        item("versions (engine, torch, CUDA, driver)", Check.PASS if len(known) == 4 else Check.UNKNOWN,
+             "; ".join([f"{k} {v}" for k, v in known.items()] + [f"{k} not printed" for k in versions if k not in known]),
+             "vllm", "torch", "cuda", "driver")
 
-        backend = env.get("flashinfer_allreduce_backend") or env.get("all_reduce_backend") or env.get("allreduce_backend")
+        backend = env.get("flashinfer_allreduce_backend") or env.get("allreduce_backend")
         if backend:
             mnnvl = "mnnvl" in str(backend).lower()
-            item("all-reduce backend", "fail" if mnnvl else "pass",
+            item("all-reduce backend", Check.FAIL if mnnvl else Check.PASS,
                  f"{backend}" + (" (FlashInfer MNNVL: see known issues)" if mnnvl else ""),
-                 "flashinfer_allreduce_backend", "all_reduce_backend", "allreduce_backend")
+                 "flashinfer_allreduce_backend", "allreduce_backend")
         else:
             note = "not in the logs"
             if _version_at_least(env.get("vllm"), "0.30"):
                 note += ("; vLLM >= 0.30 logs the FlashInfer all-reduce backend selection only at DEBUG "
                          "(rerun with VLLM_LOGGING_LEVEL=DEBUG)")
-            item("all-reduce backend", "unknown", note)
+            item("all-reduce backend", Check.UNKNOWN, note)
 
         gpu, tp = env.get("gpu"), env.get("tensor_parallel_size")
-        item("GPU model and TP topology", "pass" if gpu and tp else "unknown",
+        item("GPU model and parallel topology", Check.PASS if gpu and tp else Check.UNKNOWN,
              f"{gpu or 'GPU not printed'}, TP={tp or '?'}, PP={env.get('pipeline_parallel_size', '?')}, "
              f"DP={env.get('data_parallel_size', '?')}", "gpu", "tensor_parallel_size")
 
         model = env.get("model")
-        item("model and quantization", "pass" if model else "unknown",
-             f"{model or 'model not printed'}, quantization={env.get('quantization') or 'none'}, "
+        item("model and quantization", Check.PASS if model else Check.UNKNOWN,
+             f"{model or 'model not printed'}, quantization={env.get('quantization') or 'none printed'}, "
              f"dtype={env.get('dtype', '?')}", "model", "quantization")
 
         custom = env.get("disable_custom_all_reduce")
-        item("--disable-custom-all-reduce", "unknown" if custom is None else "pass",
+        item("--disable-custom-all-reduce", Check.UNKNOWN if custom is None else Check.PASS,
              "not printed" if custom is None else f"disable_custom_all_reduce={custom}", "disable_custom_all_reduce")
 
         block, blocks = env.get("crash_prefill_block"), env.get("prefill_blocks")
         if block:
-            status = "fail" if block > 1 else "pass"
             of = f" of {blocks}" if blocks else ""
-            item("prompt spans several chunked-prefill blocks", status,
+            item("prompt spans several chunked-prefill blocks", Check.FAIL if block > 1 else Check.PASS,
                  f"died in prefill block {block}{of} (num_computed_tokens={env.get('crash_num_computed_tokens')}, "
                  f"max_num_batched_tokens={env.get('max_num_batched_tokens')})",
                  "crash_num_computed_tokens", "max_num_batched_tokens")
         else:
-            item("prompt spans several chunked-prefill blocks", "unknown",
-                 f"phase {env.get('phase', 'unknown')}; no step in flight was dumped", "phase")
+            item("prompt spans several chunked-prefill blocks", Check.UNKNOWN,
+                 f"phase {env.get('phase') or 'not known'}; no step in flight was dumped", "phase")
 
         usage = env.get("kv_cache_usage_at_crash", env.get("kv_cache_usage"))
-        if usage is None:
-            item("KV-cache usage at the crash", "unknown", "not logged")
+        if not isinstance(usage, (int, float)):
+            item("KV-cache usage at the crash", Check.UNKNOWN, "not logged")
         else:
-            item("KV-cache usage at the crash", "pass" if usage < 0.9 else "fail",
+            item("KV-cache usage at the crash", Check.PASS if usage < 0.9 else Check.FAIL,
                  f"{usage:.1%}" + (" (rules out running out of KV cache)" if usage < 0.9 else " (near capacity)"),
                  "kv_cache_usage_at_crash", "kv_cache_usage")
 
-        workers = [v for v in ctx.ranks.values() if v.role == "worker"]
+        workers = [v for v in verdict.ranks if v.role == "worker"]
         if not workers or (isinstance(tp, int) and len(workers) < tp):
-            item("every rank went down at the same point", "unknown",
+            item("every rank went down at the same point", Check.UNKNOWN,
                  f"logs of {len(workers)} of {tp or '?'} ranks")
         else:
-            standing = [v for v in workers if v.status in ("healthy", "unknown") and v.exit_code in (None, 0)
-                        and not v.failure]
-            item("every rank went down at the same point", "pass" if not standing else "fail",
-                 "all ranks failed in the same step" if not standing else
+            standing = [v for v in workers if v.status == Status.HEALTHY]
+            item("every rank went down at the same point", Check.PASS if not standing else Check.FAIL,
+                 "every rank went down" if not standing else
                  f"ranks {', '.join(str(v.rank) for v in standing)} show no failure")
 
-        statuses = [int(e.attrs["status"]) for e in ctx.of_kind(Kind.HTTP) if str(e.attrs.get("status", "")).isdigit()]
+        statuses = sorted({e.attrs["status"] for e in evidence.of_kind(Kind.HTTP) if isinstance(e.attrs.get("status"), int)})
         errors = [s for s in statuses if s >= 500]
         if not statuses:
-            item("what the client saw", "unknown", "no HTTP status in the inputs")
+            item("what the client saw", Check.UNKNOWN, "no HTTP error status in the inputs")
         else:
-            item("what the client saw", "fail" if errors else "pass",
-                 f"HTTP {', '.join(str(s) for s in sorted(set(statuses)))}" +
-                 (" (the crash reached clients)" if errors else ""))
-        fails = [c["check"] for c in ctx.checklist if c["status"] == "fail"]
-        ctx.explain(self, f"Checklist: {len(ctx.checklist)} checks, concerns: {', '.join(fails) or 'none'}.")
+            item("what the client saw", Check.FAIL if errors else Check.PASS,
+                 f"HTTP {', '.join(map(str, statuses))}" + (" (the crash reached clients)" if errors else ""))
+        verdict.checklist = tuple(items)
+        fails = [c.check for c in items if c.status == Check.FAIL]
+        verdict.explain(f"Checklist: {len(items)} checks, concerns: {', '.join(fails) or 'none'}.")
 
 
 def _version_at_least(value, minimum: str) -> bool:

@@ -1,199 +1,161 @@
-"""What the inputs reveal about the server: versions, parallelism, backends, request."""
+"""What the inputs reveal about the server: versions, parallelism, backends, the step in
+flight at the crash."""
 
 from __future__ import annotations
 
-import ast
-import re
+from forensics import knowledge
+from forensics.events import OWN_FAILURE, Kind
+from forensics.rules.base import Evidence, Rule, VerdictView
 
-from forensics.events import Kind, Severity
-from forensics.rules.base import Context, Rule
-
-# Scalar keys of vLLM's engine config line (VllmConfig.__str__) worth reporting.
-CONFIG_KEYS = ("model", "dtype", "max_seq_len", "tensor_parallel_size", "pipeline_parallel_size",
-               "data_parallel_size", "disable_custom_all_reduce", "quantization", "enforce_eager",
-               "kv_cache_dtype", "enable_prefix_caching", "enable_chunked_prefill",
-               "max_num_batched_tokens", "all_reduce_backend", "distributed_executor_backend")
-ARG_KEYS = ("model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
-            "max_num_batched_tokens", "max_model_len", "dtype", "quantization", "enforce_eager",
-            "disable_custom_all_reduce", "enable_chunked_prefill", "kv_cache_dtype",
-            "attention_backend", "allreduce_kernel", "prompt_len")
-DUMP_KEYS = ("num_computed_tokens", "total_num_scheduled_tokens", "num_scheduled_tokens",
-             "prompt_token_ids_len", "prompt_len", "num_output_tokens")
-_SCALAR = re.compile(r"\b(?P<key>\w+)=(?P<value>'[^']*'|\"[^\"]*\"|[^,\s)]+)")
-_PROMPT_TOKENS = re.compile(r"\((?P<n>\d+) tokens\)|\bprompt_len=(?P<n2>\d+)")
-_STEP = re.compile(r"\((?P<phase>prefill|decode)\).*num_computed_tokens=\[(?P<n>\d+)")
+# Configuration keys worth reporting, and what other engines call them.
+CONFIG_KEYS = {
+    "model": "model", "model_tag": "model", "model_path": "model", "served_model_name": "served_model_name",
+    "dtype": "dtype", "max_model_len": "max_model_len", "max_seq_len": "max_model_len",
+    "tensor_parallel_size": "tensor_parallel_size", "tp_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size", "pp_size": "pipeline_parallel_size",
+    "data_parallel_size": "data_parallel_size", "dp_size": "data_parallel_size",
+    "expert_parallel_size": "expert_parallel_size", "ep_size": "expert_parallel_size",
+    "enable_expert_parallel": "enable_expert_parallel",
+    "disable_custom_all_reduce": "disable_custom_all_reduce", "quantization": "quantization",
+    "enforce_eager": "enforce_eager", "disable_cuda_graph": "disable_cuda_graph",
+    "kv_cache_dtype": "kv_cache_dtype", "enable_prefix_caching": "enable_prefix_caching",
+    "enable_chunked_prefill": "enable_chunked_prefill", "max_num_batched_tokens": "max_num_batched_tokens",
+    "chunked_prefill_size": "max_num_batched_tokens", "all_reduce_backend": "allreduce_backend",
+    "distributed_executor_backend": "distributed_executor_backend", "attention_backend": "attention_backend",
+    "max_num_seqs": "max_num_seqs", "gpu_memory_utilization": "gpu_memory_utilization",
+    "mem_fraction_static": "gpu_memory_utilization", "speculative_config": "speculative_config",
+    "allreduce_kernel": "allreduce_kernel",
+}
+INT_KEYS = {"tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "expert_parallel_size",
+            "max_num_batched_tokens", "max_model_len", "max_num_seqs", "prompt_tokens", "world_size"}
+STRUCTURED = ("config", "args")
 
 
 class Environment(Rule):
-    """Collects versions, model, dtype/quantization, parallel sizes, chunked-prefill budget,
-    attention and all-reduce backends and flags from startup lines, and from the engine's
-    crash dump the step in flight (num_computed_tokens, scheduled tokens) and KV-cache
-    usage; then places the failing step in the prompt's chunked-prefill blocks."""
+    """Collects versions, model, dtype/quantization, parallel sizes, chunked-prefill
+    budget, attention and all-reduce backends and flags from startup lines (each
+    catalogue entry says which environment key it fills; engine configs are read as
+    key/values by the parser); from the engine's crash dump the step in flight
+    (num_computed_tokens, scheduled tokens) and KV-cache usage; and the engine phase at
+    the failure (startup, CUDA graph capture, prefill, chunked prefill, decode).  The
+    first value seen wins, except running values (KV-cache usage) where the last does."""
 
     name = "environment"
+    writes = ("environment", "environment_sources")
 
-    def apply(self, ctx: Context) -> None:
-        env = ctx.environment
-        src = ctx.environment_sources
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        env: dict = {}
+        src: dict = {}
 
-        def put(key, value, event, overwrite=False):
-            if value in (None, "", "None"):
+        def put(key: str, value, where: str, overwrite: bool = False) -> None:
+            if value in (None, "", "None") or isinstance(value, (dict, list, tuple, set)):
                 return
+            if key in INT_KEYS:
+                try:
+                    value = int(value)
+                except (TypeError, ValueError):
+                    return
             if key not in env or overwrite:
                 env[key] = value
-                src[key] = event.where
+                src[key] = where
 
-        for event in ctx.events:
-            a = event.attrs
-            mid = a.get("message_id")
-            if mid == "engine-config":
-                put("vllm", a.get("vllm_version"), event)
-                for key, value in _scalars(a.get("config", "")).items():
-                    if key in CONFIG_KEYS:
-                        put(key, value, event)
-            elif mid == "non-default-args":
-                for key, value in _dict(a.get("args", "")).items():
-                    if key in ARG_KEYS:
-                        put(key, value, event)
-            elif mid in ("api-server-version", "logo-version"):
-                put("vllm", a.get("vllm_version"), event)
-                put("model", a.get("model"), event)
-            elif mid == "logo-model":
-                put("model", a.get("model"), event)
-            elif mid == "chunked-prefill":
-                put("max_num_batched_tokens", _num(a.get("max_num_batched_tokens")), event)
-                put("enable_chunked_prefill", True, event)
-            elif mid == "attention-backend":
-                put("attention_backend", a.get("attention_backend"), event)
-            elif mid == "allreduce-backends":
-                put("allreduce_backend", a.get("allreduce_backends"), event)
-            elif mid == "flashinfer-allreduce":
-                put("flashinfer_allreduce_backend", a.get("flashinfer_allreduce_backend"), event)
-            elif mid == "custom-allreduce-backend":
-                put("allreduce_backend", a.get("allreduce_backend"), event)
-            elif mid == "device-line":
-                put("gpu", a.get("gpu"), event)
-                put("compute_capability", a.get("compute_capability"), event)
-            elif mid == "dist-init":
-                put("distributed_backend", a.get("dist_backend"), event)
-                put("world_size", _num(a.get("world_size")), event)
-            elif mid == "kv-cache-stats":
-                put("kv_cache_usage", float(a["kv_cache_usage_pct"]) / 100, event, overwrite=True)
-            elif mid == "scheduler-stats":
-                put("kv_cache_usage_at_crash", float(a["kv_cache_usage"]), event)
-            elif mid == "scheduler-dump":
-                dump = a.get("dump", "")
-                for key in DUMP_KEYS:
-                    # vLLM prints key=[n] (dataclass repr); dict reprs print 'key': n
-                    match = re.search(rf"\b{key}'?(?:=|: )\[?(\d+)", dump)
-                    if match:
-                        put(f"crash_{key}", int(match.group(1)), event)
-            if event.kind == Kind.LOG and "prompt_tokens" not in env and "request" in event.message.lower():
-                match = _PROMPT_TOKENS.search(event.message)
-                if match:
-                    put("prompt_tokens", int(match["n"] or match["n2"]), event)
-            if event.kind == Kind.LOG and "step" in event.message and "num_computed_tokens=[" in event.message:
-                # the last step a process finished before the crash (per-step INFO lines)
-                match = _STEP.search(event.message)
-                if match:
-                    put("last_step_phase", match["phase"], event, overwrite=True)
-                    put("last_step_num_computed_tokens", int(match["n"]), event, overwrite=True)
-        for key in ("tensor_parallel_size", "max_num_batched_tokens", "prompt_len"):
-            if key in env:
-                env[key] = _num(env[key])
-        if "crash_prompt_len" in env and "prompt_tokens" not in env:
-            env["prompt_tokens"] = env["crash_prompt_len"]
-            src["prompt_tokens"] = src["crash_prompt_len"]
-        if "prompt_len" in env:
-            if "prompt_tokens" not in env:
-                env["prompt_tokens"] = env["prompt_len"]
-                src["prompt_tokens"] = src["prompt_len"]
-            del env["prompt_len"], src["prompt_len"]
-        self._phase(ctx)
-        self._chunk_position(ctx)
+        last_marker = None
+        for event in evidence.events:
+            attrs = event.attrs
+            entry = knowledge.message_pattern(attrs["message_id"]) if "message_id" in attrs else None
+            if entry is not None:
+                for key, group in (entry.environment or {}).items():
+                    value = _literal(group[1:]) if group.startswith("=") else attrs.get(group)
+                    put(key, value, event.where, overwrite=key.endswith("_at_crash"))
+            for name in STRUCTURED:
+                payload = attrs.get(name)
+                if isinstance(payload, dict):
+                    for key, value in payload.items():
+                        if key in CONFIG_KEYS:
+                            put(CONFIG_KEYS[key], value, event.where)
+            dump = attrs.get("dump")
+            if isinstance(dump, dict):
+                for key, value in dump.items():
+                    if isinstance(value, int) and not isinstance(value, bool):
+                        put(f"crash_{key}", value, event.where)
+            if event.kind == Kind.ENVIRONMENT:
+                for key, value in (attrs.get("facts") or {}).items():
+                    put(key, value, event.where)
+            if attrs.get("phase_marker") and not _after_failure(evidence, event):
+                last_marker = (attrs["phase_marker"], event)
+        for traffic in evidence.traffic:
+            usage = traffic.facts.get("kv_cache_usage_pct")
+            if isinstance(usage, (int, float)):
+                put("kv_cache_usage", float(usage) / 100, f"{traffic.template} x{traffic.count}", overwrite=True)
+        _phase(evidence, env, src, last_marker)
+        _chunk_position(env)
+        verdict.environment = env
+        verdict.environment_sources = src
         if env:
             shown = ", ".join(f"{k}={v}" for k, v in list(env.items())[:8])
-            ctx.explain(self, f"Environment from the inputs: {shown}{' ...' if len(env) > 8 else ''}.")
+            verdict.explain(f"Environment from the inputs: {shown}{' ...' if len(env) > 8 else ''}.")
         else:
-            ctx.explain(self, "The inputs reveal no configuration (no startup lines).")
+            verdict.explain("The inputs reveal no configuration (no startup lines).")
 
-    @staticmethod
-    def _phase(ctx: Context) -> None:
-        """startup, cuda-graph-capture, prefill, chunked-prefill, decode or unknown."""
-        env = ctx.environment
-        if any(e.kind == Kind.ENGINE_FATAL and "failed to start" in e.message for e in ctx.events) or \
-                any("initialization failed" in e.message for e in ctx.events if e.kind in (Kind.TRACEBACK, Kind.LOG)):
-            env["phase"] = "startup"
+
+def _literal(text: str):
+    return {"true": True, "false": False}.get(text, text)
+
+
+def _first_failure_event(evidence: Evidence):
+    return next((e for e in evidence.events if e.kind in OWN_FAILURE), None)
+
+
+def _after_failure(evidence: Evidence, event) -> bool:
+    first = _first_failure_event(evidence)
+    if first is None or first.time is None or event.time is None:
+        return False
+    return event.time > first.time
+
+
+_STARTUP_RELAYS = ("EngineCore failed to start", "Engine core initialization failed", "WorkerProc failed to start")
+
+
+def _phase(evidence: Evidence, env: dict, src: dict, last_marker) -> None:
+    """startup, cuda-graph-capture, prefill, chunked-prefill, decode (or nothing known)."""
+    for event in evidence.of_kind(Kind.ENGINE_FATAL, Kind.WORKER_EXCEPTION):
+        if any(text in event.message for text in _STARTUP_RELAYS):
+            env["phase"], src["phase"] = "startup", event.where
             return
-        failure = next((e for e in ctx.events if e.severity >= Severity.ERROR and e.kind != Kind.LOG), None)
-        if failure is not None:
-            before = [e for e in ctx.events if e.kind == Kind.LOG and e.seq <= failure.seq and e.source == failure.source]
-            if any("Capturing CUDA graph" in e.message or "CUDA graph capture" in e.message for e in before[-20:]):
-                env["phase"] = "cuda-graph-capture"
-                return
-        outputs = env.get("crash_num_output_tokens")
-        done = env.get("crash_num_computed_tokens")
-        if outputs:
+    for event in evidence.events:
+        if event.kind in OWN_FAILURE | {Kind.EXCEPTION} and any(
+                f.function in ("init_device", "load_model", "_init_executor", "determine_available_memory",
+                               "profile_run", "initialize_cache", "_initialize_kv_caches", "init_worker")
+                for exc in event.chain for f in exc.frames):
+            env["phase"], src["phase"] = "startup", event.where
+            return
+    if last_marker is not None and last_marker[0] == "cuda-graph-capture":
+        env["phase"], src["phase"] = "cuda-graph-capture", last_marker[1].where
+        return
+    outputs = env.get("crash_num_output_tokens")
+    done = env.get("crash_num_computed_tokens")
+    prompt = env.get("crash_num_prompt_tokens") or env.get("crash_prompt_token_ids_len") or env.get("crash_prompt_len") \
+        or env.get("prompt_tokens")
+    if isinstance(prompt, int) and "prompt_tokens" not in env:
+        env["prompt_tokens"] = prompt
+    if outputs:
+        env["phase"] = "decode"
+    elif isinstance(done, int):
+        if isinstance(prompt, int) and done >= prompt:
             env["phase"] = "decode"
-        elif isinstance(done, int):
-            prompt = env.get("prompt_tokens")
-            if isinstance(prompt, int) and done >= prompt:
-                env["phase"] = "decode"
-            else:
-                env["phase"] = "chunked-prefill" if done > 0 else "prefill"
-        elif env.get("last_step_phase"):
-            step_done = env.get("last_step_num_computed_tokens", 0)
-            budget = env.get("max_num_batched_tokens")
-            prompt = env.get("prompt_tokens")
-            if env["last_step_phase"] == "prefill" and isinstance(prompt, int) and step_done < prompt:
-                env["phase"] = "chunked-prefill"
-            else:
-                env["phase"] = env["last_step_phase"]
-            if isinstance(budget, int) and budget > 0 and "crash_num_computed_tokens" not in env:
-                env["crash_num_computed_tokens"] = step_done
-                ctx.environment_sources["crash_num_computed_tokens"] = "last finished step before the failure"
         else:
-            env["phase"] = "unknown"
-
-    @staticmethod
-    def _chunk_position(ctx: Context) -> None:
-        env = ctx.environment
-        budget = env.get("max_num_batched_tokens")
-        done = env.get("crash_num_computed_tokens")
-        if env.get("phase") not in ("prefill", "chunked-prefill"):
-            return
-        if isinstance(budget, int) and budget > 0 and isinstance(done, int):
-            block = done // budget + 1
-            env["crash_prefill_block"] = block
-            prompt = env.get("prompt_tokens")
-            if isinstance(prompt, int) and prompt > 0:
-                env["prefill_blocks"] = -(-prompt // budget)
+            env["phase"] = "chunked-prefill" if done > 0 else "prefill"
+    if "phase" in env:
+        src["phase"] = src.get("crash_num_computed_tokens", src.get("crash_num_output_tokens", ""))
 
 
-def _scalars(config: str) -> dict:
-    out = {}
-    for match in _SCALAR.finditer(config):
-        out.setdefault(match["key"], _literal(match["value"]))
-    return out
-
-
-def _dict(text: str) -> dict:
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def _literal(value: str):
-    try:
-        return ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-        return value
-
-
-def _num(value):
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return value
+def _chunk_position(env: dict) -> None:
+    budget = env.get("max_num_batched_tokens")
+    done = env.get("crash_num_computed_tokens")
+    if env.get("phase") not in ("prefill", "chunked-prefill"):
+        return
+    if isinstance(budget, int) and budget > 0 and isinstance(done, int):
+        env["crash_prefill_block"] = done // budget + 1
+        prompt = env.get("prompt_tokens")
+        if isinstance(prompt, int) and prompt > 0:
+            env["prefill_blocks"] = -(-prompt // budget)

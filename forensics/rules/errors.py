@@ -3,132 +3,193 @@
 from __future__ import annotations
 
 from forensics import knowledge
-from forensics.events import Event, Frame, Kind, as_int
-from forensics.rules.base import Context, Rule, Surface
+from forensics.events import RELAY, Event, Frame, Kind
+from forensics.rules.base import Evidence, Rule, VerdictView
+from forensics.verdict import ErrorInfo, Surface
+
+# An error form that names no code: a torch "CUDA out of memory" is an allocator
+# failure, reported as such (failure kind oom), not as a CUDA error code.
+_NO_CODE_FORMS = {"torch-oom"}
+
+
+def reported(event: Event) -> knowledge.CudaError | None:
+    err = event.attrs.get("cuda_error")
+    if err is None or event.attrs.get("error_form") in _NO_CODE_FORMS:
+        return None
+    return err
 
 
 class ReportedError(Rule):
-    """Finds the CUDA error the crash is about: the earliest CUDA error reported by a
-    process's own host call (a traceback or a custom-op error line); a relay such as the
-    engine's "Worker failed with error '...'" is used only when nothing better exists.
-    Looks the error up in the CUDA error catalogue to know whether it is sticky."""
+    """Finds the error the crash is about: the earliest error a process reported itself
+    (a traceback, a native error line, the NCCL watchdog's CUDA error), preferring a
+    sticky CUDA error, and a plain run's report over one printed under a debugging tool
+    (compute-sanitizer reports 719 where the plain run reports 700).  A cuBLAS, cuDNN or
+    NCCL status is a symptom: when a device assert or a CUDA error is also reported, that
+    is the error and the status is where it surfaced.  A relay that quotes an error ("Worker
+    failed with error 'CUDA error: ...'") is used only when nothing better exists."""
 
     name = "reported-error"
+    writes = ("error",)
 
-    def apply(self, ctx: Context) -> None:
-        # A run under compute-sanitizer or cuda-gdb reports another code (719 for 700):
-        # the application's own plain run is preferred when both are there.
-        direct = sorted((e for e in ctx.of_kind(Kind.CUDA_ERROR) if e.attrs.get("cuda_error")),
-                        key=lambda e: e.source in ctx.tool_sources)
-        relayed = [e for e in ctx.events if e.attrs.get("cuda_error") and e.kind != Kind.CUDA_ERROR]
-        pool = direct or relayed
-        if not pool:
-            ctx.explain(self, "No CUDA error is reported anywhere in the inputs.")
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        tools = evidence.tool_sources
+        own = [e for e in evidence.of_kind(Kind.CUDA_ERROR, Kind.OOM, Kind.FATAL_SIGNAL, Kind.NCCL, Kind.COLLECTIVE_TIMEOUT)
+               if reported(e) is not None and not e.attrs.get("earlier_run")]
+        relayed = [e for e in evidence.events if e.kind in RELAY and reported(e) is not None]
+        if not own and not relayed:
+            asserts = evidence.of_kind(Kind.DEVICE_ASSERT)
+            verdict.explain("No CUDA error is reported anywhere in the inputs"
+                            + (" (device-side assert lines are, but no host call reported the error)." if asserts else "."))
             return
-        sticky_first = sorted(pool, key=lambda e: not e.attrs["cuda_error"].sticky)
-        event = sticky_first[0] if sticky_first[0].attrs["cuda_error"].sticky else pool[0]
-        ctx.error = event.attrs["cuda_error"]
-        ctx.error_event = event
-        # out of memory is not a fault: nothing to look for in kernels
-        ctx.failure_kind = "oom" if ctx.error.name == "CUDA_ERROR_OUT_OF_MEMORY" else "cuda-error"
-        err = ctx.error
-        stickiness = ("sticky: every later CUDA call in that process fails with it, so the "
-                      "call that reports it is not where it happened") if err.sticky else "not sticky"
-        how = "reported directly" if direct else "known only from a relayed message"
-        ctx.explain(self, f"{err.name} ({err.code}, \"{err.message}\") is {how} at "
-                          f"{event.where}; it is {stickiness}.")
+        pool = own or relayed
+
+        def rank(e: Event):
+            err = reported(e)
+            return (e.source in tools, err.family != "cuda", not err.sticky)
+
+        event = min(pool, key=rank)        # stable: the earliest among the best
+        err = reported(event)
+        cause_of = None
+        if err.family != "cuda":
+            cause = self._cause(evidence, pool, event)
+            if cause is not None:
+                cause_of, err = err.name, cause
+        verdict.error = ErrorInfo(err, event.where, relayed_only=not own, cause_of=cause_of)
+        stickiness = ("sticky: every later CUDA call in that process fails with it, so the call that "
+                      "reports it is not where it happened") if err.sticky else "not sticky"
+        how = "reported directly" if own else "known only from a relayed message"
+        extra = f" ({cause_of} is where it surfaced)" if cause_of else ""
+        verdict.explain(f"{err.name} ({err.code}, \"{err.message}\") is {how} at {event.where}{extra}; "
+                        f"it is {stickiness}.")
+
+    @staticmethod
+    def _cause(evidence: Evidence, pool: list[Event], status_event: Event) -> knowledge.CudaError | None:
+        """The fault behind a library status: a device assert, or a CUDA error."""
+        if evidence.of_kind(Kind.DEVICE_ASSERT):
+            return knowledge.lookup_error("CUDA_ERROR_ASSERT")
+        real = [reported(e) for e in pool if reported(e) is not None and reported(e).family == "cuda"]
+        return real[0] if real else None
 
 
 class SurfacePoints(Rule):
-    """For every process that reported a CUDA error, marks where it surfaced: the host
-    API that returned it (from the surface-API catalogue, matched on the frames' source
-    lines) and the innermost relevant frame, skipping error-check helpers such as
-    checkCudaErrors and library internals. One entry per process: its first report;
-    the same report seen in another file (a per-rank log) is listed as corroboration."""
+    """For every process that reported its own failure, marks where it surfaced: the
+    host API that returned it (from the surface-API catalogue, matched on the frames'
+    source lines, or named by the error line) and the innermost relevant frame -
+    skipping error-check helpers (checkCudaErrors ...), torch's and triton's own files
+    and the standard library.  A native error line gives its file:line; c10's
+    "Exception raised from <function> at <file>:<line>" does when no Python frame
+    exists.  One entry per process: its first report; the same report seen in another
+    file (a per-rank log) is listed as corroboration.  A surface in a CUDA graph replay
+    is marked."""
 
     name = "surface-points"
+    reads = ("error",)
+    writes = ("surfaces",)
 
-    def apply(self, ctx: Context) -> None:
-        per_pid: dict = {}
-        for event in ctx.of_kind(Kind.CUDA_ERROR):
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        error = verdict.error
+        kinds = (Kind.CUDA_ERROR, Kind.OOM) if error is not None else (Kind.CUDA_ERROR, Kind.OOM, Kind.EXCEPTION,
+                                                                        Kind.FATAL_SIGNAL)
+        per_process: dict = {}
+        for event in evidence.of_kind(*kinds):
+            if event.attrs.get("earlier_run"):
+                continue
+            if event.kind == Kind.FATAL_SIGNAL and not event.attrs.get("crash_frame") and not event.attrs.get("raised_file"):
+                continue
+            if event.kind in (Kind.EXCEPTION, Kind.FATAL_SIGNAL) and event.role in ("engine-core", "api-server", "launcher"):
+                continue                 # a relay's own traceback, when no error was reported
             surface = surface_of(event)
-            key = event.pid if event.pid is not None else ("site", surface.file, surface.line)
-            first = per_pid.get(key)
+            if surface.file is None and surface.api is None and event.kind != Kind.CUDA_ERROR:
+                continue
+            key = event.pid if event.pid is not None else (
+                ("rank", event.rank) if event.rank is not None else ("site", surface.file, surface.line, event.source))
+            first = per_process.get(key)
             if first is None:
-                per_pid[key] = surface
-            elif (first.file, first.line) == (surface.file, surface.line) and event.source != first.source.split(":")[0]:
-                first.also_seen_in.append(surface.source)
-        ctx.surfaces = sorted(per_pid.values(), key=lambda s: (s.time is None, s.time, s.source))
-        for s in ctx.surfaces:
-            if s.function is None and s.file and s.line:
-                s.function = _function_from_tool_frames(ctx, s.file, s.line)
-        for s in ctx.surfaces:
+                per_process[key] = surface
+            elif (first.file, first.line) == (surface.file, surface.line) and \
+                    event.source != first.source.rsplit(":", 1)[0]:
+                per_process[key] = _also(first, surface.source)
+        surfaces = sorted(per_process.values(), key=lambda s: (s.time is None, s.time or 0, s.source))
+        # a surface that is only a file-less relay of the same process is dropped when a better one exists
+        verdict.surfaces = tuple(surfaces)
+        for s in surfaces:
             who = f"rank {s.rank}" if s.rank is not None else "an unranked process"
-            site = f"{s.file}:{s.line} in {s.function}" if s.file else "no Python frame"
+            site = f"{s.file}:{s.line} in {s.function}" if s.file else "no source location"
             api = f" via {s.api}" if s.api else ""
-            ctx.explain(self, f"On {who} (pid {s.pid}) the error surfaced{api} at {site} ({s.how}); "
-                              f"evidence {s.source}.")
-        if not ctx.surfaces and ctx.error is not None:
-            ctx.explain(self, "The error is only known from relayed messages; no process's own "
-                              "report of it was found.")
+            verdict.explain(f"On {who} (pid {s.pid}) the failure surfaced{api} at {site} ({s.how}); evidence "
+                            f"{s.source}.")
+        if not surfaces and error is not None:
+            verdict.explain("The error is only known from relayed messages; no process's own report of it was found.")
+
+
+def _also(first: Surface, source: str) -> Surface:
+    from dataclasses import replace
+    return replace(first, also_seen_in=first.also_seen_in + (source,))
 
 
 def surface_of(event: Event) -> Surface:
-    chain = event.attrs.get("chain") or ()
+    chain = event.chain
     frames: tuple[Frame, ...] = ()
     exception = event.message
-    for exc in reversed(chain):        # the exception that carries the CUDA error
-        if knowledge.find_cuda_error(f"{exc.type}: {exc.message}"):
+    for exc in reversed(chain):        # the exception that carries the error
+        if event.attrs.get("cuda_error") is None or knowledge.find_cuda_error(f"{exc.type}: {exc.message}"):
             frames = exc.frames
-            exception = f"{exc.type}: {exc.message.splitlines()[0] if exc.message else ''}"
+            first = exc.message.splitlines()[0] if exc.message else ""
+            exception = f"{exc.type}: {first}" if first else exc.type
             break
+    if not frames and chain:
+        frames = next((e.frames for e in reversed(chain) if e.frames), ())
     api, site = pick_site(frames)
-    if not chain:
-        # a native check line ("file.cu:24 ... cudaDeviceSynchronize()"): the call is the API
-        call = event.attrs.get("call") or ""
-        api = next((a.api for a in knowledge.surface_apis() if a.pattern.search(call)), None) or \
-            (call.split("(")[0] or None)
+    attrs = event.attrs
+    file = site.file if site else None
+    line = site.line if site else None
+    function = site.function if site else None
+    if site is None and attrs.get("crash_frame") is not None:
+        crash = attrs["crash_frame"]
+        file, line, function = crash.file, crash.line, crash.function
+    if file is None:
+        if attrs.get("error_file"):
+            file, line = attrs["error_file"], attrs.get("error_line")
+        elif attrs.get("raised_file") and not _is_check_helper(attrs.get("raised_function")):
+            file, line, function = attrs["raised_file"], attrs.get("raised_line"), attrs.get("raised_function")
+    if api is None:
+        api = attrs.get("error_api") or knowledge.surface_api_of(attrs.get("call"))
     how = "logged"
     if chain:
-        how = f"unraisable exception in {event.attrs.get('unraisable_in')}" if event.attrs.get("unraisable") else "raised"
-    file = site.file if site else event.attrs.get("file")
-    line = site.line if site else as_int(event.attrs.get("line"))
-    return Surface(rank=event.rank, pid=event.pid, api=api, file=file, line=line,
-                   function=site.function if site else event.attrs.get("function"), time=event.time,
-                   source=event.where, exception=exception,
-                   error=event.attrs.get("cuda_error"), how=how)
+        how = f"unraisable exception in {attrs.get('unraisable_in')}" if attrs.get("unraisable") else "raised"
+        if attrs.get("header_missing"):
+            how += " (traceback header not in the input)"
+    elif attrs.get("error_form") == "nccl-watchdog":
+        how = "noticed by the ProcessGroupNCCL watchdog thread (it queries the CUDA events of collectives)"
+    elif attrs.get("crash"):
+        how = "the process aborted (" + str(attrs.get("crash")) + ")"
+    err = attrs.get("cuda_error")
+    replay = any("replay" in (f.code or "") or (f.function or "").endswith("replay") for f in frames) or \
+        any("cudaGraphLaunch" in text or "CUDAGraph::replay" in text for text in attrs.get("native_frames") or ())
+    return Surface(rank=event.rank, pid=event.pid, api=api, file=file, line=line, function=function,
+                   time=event.time, source=event.where, exception=exception,
+                   error_code=err.code if err is not None else None, error_name=err.name if err is not None else None,
+                   how=how, graph_replay=replay)
 
 
-def _function_from_tool_frames(ctx: Context, file: str, line: int) -> str | None:
-    """A native check line names file:line but not the function; a compute-sanitizer
-    host frame at the same place does ("main in device_assert.cu:29")."""
-    needle = f" in {file.rsplit('/', 1)[-1]}:{line}"
-    for event in ctx.of_kind(Kind.SANITIZER):
-        for frame in event.attrs.get("host_frames", ()):
-            if needle in frame + " ":
-                return frame.split(" in ")[0].strip() or None
-    return None
+def _is_check_helper(function: str | None) -> bool:
+    return bool(function) and any(p.search(function) for p in knowledge.error_check_frames())
+
+
+def relevant(frame: Frame) -> bool:
+    if frame.function and any(p.search(frame.function) for p in knowledge.error_check_frames()):
+        return False
+    return not any(p.search(frame.file) for p in knowledge.library_internal_files())
 
 
 def pick_site(frames: tuple[Frame, ...]) -> tuple[str | None, Frame | None]:
-    """(API, frame): the innermost frame whose code calls a surface API, else the
-    innermost frame that is not an error-check helper or library internal."""
-    helpers = knowledge.error_check_frames()
-    internals = knowledge.library_internal_files()
-
-    def relevant(frame: Frame) -> bool:
-        if frame.function and any(p.search(frame.function) for p in helpers):
-            return False
-        return not any(p.search(frame.file) for p in internals)
-
-    for frame in reversed(frames):
-        if not relevant(frame) or not frame.code:
-            continue
-        for api in knowledge.surface_apis():
-            if api.pattern.search(frame.code):
-                return api.api, frame
-    for frame in reversed(frames):
-        if relevant(frame):
-            return None, frame
-    return None, frames[-1] if frames else None
-
+    """(API, frame): the innermost relevant frame; the API its code calls, if any, or
+    that the library frames below it call."""
+    site = next((f for f in reversed(frames) if relevant(f)), None)
+    if site is None:
+        return None, (frames[-1] if frames else None)
+    api = knowledge.surface_api_of(site.code)
+    if api is None:
+        inner = frames[frames.index(site) + 1:]
+        api = next((knowledge.surface_api_of(f.code) for f in reversed(inner) if knowledge.surface_api_of(f.code)), None)
+    return api, site

@@ -2,288 +2,496 @@
 
 from __future__ import annotations
 
-from forensics.events import Event, Kind, Severity, as_int
-from forensics.rules.base import Context, FirstFailure, RankVerdict, Rule
+from dataclasses import dataclass
 
-# A process's own failure (as opposed to noticing someone else's).
-PRIMARY = (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT, Kind.OOM, Kind.FATAL_SIGNAL, Kind.XID,
-           Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP)
-# Failures that only report that a peer or the parent went away.
-COLLATERAL = (Kind.PEER_FAILURE, Kind.NCCL, Kind.PARENT_EXITED, Kind.ENGINE_WORKER_FAILED,
-              Kind.ENGINE_DEAD, Kind.ENGINE_FATAL)
-SIGNALS = {6: "SIGABRT", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM", 7: "SIGBUS", 4: "SIGILL"}
+from forensics import knowledge
+from forensics.events import OWN_FAILURE, RELAY, Event, Kind
+from forensics.rules.base import Evidence, Rule, VerdictView
+from forensics.timeline import ProcessInfo
+from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status
+
+# Evidence of a process's own failure (as opposed to noticing someone else's).
+OWN = OWN_FAILURE | {Kind.XID, Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP}
+# Relays that still say a process died on its own: a worker reported dead, a child
+# that exited on a signal.
+DEATHS = {Kind.WORKER_DIED, Kind.CHILD_FAILED}
+_WEIGHT = {Kind.XID: 0, Kind.CORE_DUMP: 0, Kind.SANITIZER: 0, Kind.CUDA_GDB: 0, Kind.DEVICE_ASSERT: 1,
+           Kind.CUDA_ERROR: 1, Kind.OOM: 2, Kind.FATAL_SIGNAL: 3, Kind.WORKER_DIED: 4, Kind.CHILD_FAILED: 4,
+           Kind.EXCEPTION: 5}
+_TIMEOUT_WORDS = ("timeout", "timed out", "Timeout")
+
+
+def consequence_of_timeout(event: Event) -> bool:
+    """An abort or exception that only reports a collective timeout (the watchdog taking
+    the process down after the timeout): part of the hang, not a failure of its own."""
+    text = event.message + " " + str(event.attrs.get("what") or "")
+    return event.kind in (Kind.FATAL_SIGNAL, Kind.EXCEPTION, Kind.NCCL) and any(w in text for w in _TIMEOUT_WORDS)
+
+
+def _own_failures(evidence: Evidence) -> list[Event]:
+    out = []
+    for event in evidence.events:
+        if event.attrs.get("earlier_run"):
+            continue
+        if event.kind in OWN and not consequence_of_timeout(event):
+            if event.kind == Kind.XID and not knowledge.xid_catalogue().get(event.attrs.get("xid"), {}).get("app_fault"):
+                continue
+            if event.kind == Kind.SANITIZER and event.attrs.get("report") in ("summary", "leak", "api_error", "other"):
+                continue
+            if event.kind == Kind.CORE_DUMP and not event.attrs.get("kernel") and \
+                    event.attrs.get("message_id") != "coredump-exception":
+                continue
+            if event.kind == Kind.EXCEPTION and event.role in ("api-server", "launcher"):
+                continue
+            out.append(event)
+    return out
+
+
+def _deaths(evidence: Evidence) -> list[tuple[Event, int | None, int | None, str]]:
+    """(event, pid, rank, words) for processes a relay reports dead on their own."""
+    out = []
+    table = evidence.processes
+    for event in evidence.of_kind(*DEATHS):
+        code = event.attrs.get("exit_code")
+        if event.kind == Kind.CHILD_FAILED and not (isinstance(code, int) and code < 0):
+            continue                        # exit code 1: it raised; its own traceback tells more
+        info = table.by_pid(event.attrs.get("subject_pid")) if event.attrs.get("subject_pid") is not None else \
+            table.by_name(event.attrs.get("subject_process"))
+        if info is None and isinstance(event.attrs.get("subject_rank"), int):
+            info = table.by_rank(event.attrs["subject_rank"])
+        pid = info.pid if info else event.attrs.get("subject_pid")
+        rank = info.rank if info else event.attrs.get("subject_rank")
+        name = event.attrs.get("subject_process") or (info.name if info else None) or (f"pid {pid}" if pid else "a worker")
+        out.append((event, pid, rank, death_words(name, code)))
+    return out
+
+
+def death_words(name: str | None, code: int | None) -> str:
+    if isinstance(code, int) and code < 0:
+        return f"{name} killed by {knowledge.signal_name(code)}"
+    if isinstance(code, int) and code > 128:
+        return f"{name} killed by {knowledge.signal_name(code - 128)} (exit code {code})"
+    return f"{name} died unexpectedly" + (f" (exit code {code})" if code is not None else "")
 
 
 class CollectiveHang(Rule):
-    """A hang, not a crash: NCCL watchdog timeouts and no fault of a process's own.  The
-    ranks that report the timeout were waiting in the collective; the rank that never
-    reports it (or is behind in sequence numbers) is the one that did not join, and is
-    named as the first failure.  When every rank timed out in the same collective, the
-    logs cannot tell who is late and the verdict says so."""
+    """A hang, not a crash: peers timed out in a collective (NCCL watchdog
+    ``WorkNCCL(SeqNum=N, OpType=...)``, gloo ``Timed out waiting Nms``) and no process
+    shows a fault of its own.  The ranks that report the timeout were waiting; the rank
+    that never reports it (or is behind in sequence numbers) is the one that did not
+    join, and is named, with what its stack dump says it was doing.  When every rank
+    timed out in the same collective the logs cannot tell who is late, and the verdict
+    says so."""
 
     name = "collective-hang"
+    reads = ("environment", "error")
+    writes = ("hang",)
 
-    def apply(self, ctx: Context) -> None:
-        timeouts = [e for e in ctx.events if e.attrs.get("message_id") == "nccl-watchdog-timeout"]
-        if not timeouts or any(e.kind in (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT, Kind.OOM) for e in ctx.events):
-            return
-        ctx.failure_kind = "nccl-timeout"
+    def predicate(self, evidence: Evidence, verdict: VerdictView) -> bool:
+        return bool(evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)) and not _own_failures(evidence) and \
+            not [d for d in _deaths(evidence)]
+
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if not e.attrs.get("earlier_run")]
         waited: dict[int, tuple[int, str]] = {}
         for e in timeouts:
             if e.rank is not None:
-                waited.setdefault(e.rank, (int(e.attrs["seq"]), e.attrs["op"]))
-        tp = ctx.environment.get("tensor_parallel_size")
-        ranks = {p.rank for p in ctx.processes.processes() if p.role == "worker" and p.rank is not None}
-        if isinstance(tp, int):
-            ranks |= set(range(tp))
-        ranks |= set(waited)
+                seq = e.attrs.get("seq")
+                prev = waited.get(e.rank)
+                if prev is None or (isinstance(seq, int) and seq > prev[0]):
+                    waited[e.rank] = (seq if isinstance(seq, int) else -1, e.attrs.get("op") or "a collective")
+        ranks = expected_ranks(evidence, verdict.environment) | set(waited)
         seq, op = max(waited.values()) if waited else (None, None)
-        behind = sorted(r for r, (s, _) in waited.items() if s < (seq or 0))
+        behind = sorted(r for r, (s, _) in waited.items() if seq is not None and 0 <= s < seq)
         silent = sorted(ranks - set(waited))
-        suspects = silent or behind
-        ctx.hang = {"collective": op, "seq": seq, "waited": sorted(waited), "suspects": suspects}
-        first = timeouts[0]
-        waited_text = f"ranks {', '.join(map(str, sorted(waited)))} timed out waiting in {op} SeqNum={seq}"
+        suspects = tuple(silent or behind)
+        doing = None
         if len(suspects) == 1:
-            rank = suspects[0]
-            why = "never reported that collective" if silent else "was behind in collective sequence numbers"
-            what = f"rank {rank} never joined {op} SeqNum={seq}"
-            ctx.first_failure = FirstFailure(rank, ctx.processes.pid_of_rank(rank), first.time,
-                                             f"{waited_text}; rank {rank} {why}: it is the one that did not "
-                                             f"join (hung or dead before it)", what)
-        else:
-            what = f"collective timeout in {op} SeqNum={seq}"
-            ctx.first_failure = FirstFailure(None, None, first.time,
-                                             f"{waited_text}; the logs cannot tell which rank is late"
-                                             + (f" (candidates: {', '.join(map(str, suspects))})" if suspects else ""),
-                                             what)
-        ctx.explain(self, f"Hang: {waited_text}; suspected late rank(s): {', '.join(map(str, suspects)) or 'unknown'}.")
+            doing = stalled_at(evidence, suspects[0])
+        verdict.hang = Hang(collective=op, seq=seq if seq is not None and seq >= 0 else None,
+                            waited=tuple(sorted(waited)), suspects=suspects, culprit_doing=doing)
+        verdict.explain(f"Hang: ranks {', '.join(map(str, sorted(waited))) or '?'} timed out waiting in "
+                        f"{op or 'a collective'}; suspected late rank(s): {', '.join(map(str, suspects)) or 'unknown'}"
+                        + (f"; it was {doing}" if doing else "") + ".")
+
+
+def expected_ranks(evidence: Evidence, environment) -> set[int]:
+    """The ranks the run should have: the world/TP size printed, the launcher's list,
+    and every rank seen."""
+    ranks = {p.rank for p in evidence.processes.processes() if p.role in (None, "worker") and p.rank is not None}
+    size = environment.get("world_size") or environment.get("tensor_parallel_size")
+    if isinstance(size, int) and 1 < size <= 4096:
+        ranks |= set(range(size))
+    for event in evidence.of_kind(Kind.LAUNCHER_SUMMARY):
+        for failure in [event.attrs.get("root_cause") or {}] + list(event.attrs.get("failures") or []):
+            if isinstance(failure.get("rank"), int):
+                ranks.add(failure["rank"])
+    return ranks
+
+
+def stalled_at(evidence: Evidence, rank: int) -> str | None:
+    """What a stack dump of that rank shows it doing: its innermost own frame."""
+    for event in evidence.of_kind(Kind.STACK_DUMP, Kind.FATAL_SIGNAL):
+        if event.rank != rank and not (event.rank is None and len({e.rank for e in evidence.events
+                                                                     if e.source == event.source}) <= 1
+                                           and _file_rank(evidence, event) == rank):
+            continue
+        threads = event.attrs.get("threads") or []
+        current = event.attrs.get("current_thread") or (threads[0] if threads else None)
+        frames = current.get("frames") if current else ()
+        if frames:
+            top = frames[0] if event.attrs.get("tool") == "faulthandler" else frames[0]
+            return f"blocked in {top.function} ({top.file}:{top.line})"
+    return None
+
+
+def _file_rank(evidence: Evidence, event: Event) -> int | None:
+    info = evidence.processes.info_of(event)
+    return info.rank if info else None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    event: Event
+    pid: int | None
+    rank: int | None
+    what: str
 
 
 class FirstFailureRule(Rule):
-    """Decides which rank failed first.  The origin, when known, wins.  Otherwise the
-    earliest failure of a process's *own* (CUDA error, device assert, OOM, fatal signal,
-    a worker reported dead with a signal exit code) - never a rank that merely detected
-    a failure (peer closed the connection, parent exited, engine relayed a worker error).
-    Equal one-second stamps are broken by the kind of failure, then by log order."""
+    """Decides which rank failed first and the kind of failure.  The origin, when known,
+    wins; a hang's late rank, when the hang rule found one.  Otherwise the earliest
+    failure of a process's *own* (CUDA error, device assert, OOM, fatal signal, an
+    exception of its own, a worker reported dead by a signal) - never a rank that merely
+    noticed a failure (peer closed the connection, parent exited, engine relayed a
+    worker error, a collective timed out).  Equal one-second stamps are broken by the
+    kind of failure, then log order, and the tie is said.  When only relays are in the
+    inputs (EngineDeadError, HTTP 500, a scheduler dump), the engine died but its own
+    failure is not in these inputs: that is the verdict, not "no failure".  A launcher's
+    "Root Cause (first observed failure)" is only its opinion (the earliest timestamp)."""
 
     name = "first-failure"
+    reads = ("origin", "hang", "error", "environment", "surfaces")
+    writes = ("first_failure", "failure_kind")
 
-    def apply(self, ctx: Context) -> None:
-        if ctx.first_failure is not None:
-            return          # decided by a more specific rule (collective hang)
-        if ctx.origin is not None:
-            ctx.first_failure = FirstFailure(ctx.origin.rank, ctx.origin.pid, _time_of_pid(ctx, ctx.origin.pid),
-                                             f"origin evidence: {ctx.origin.fault} in {ctx.origin.kernel}",
-                                             ctx.origin.kernel)
-            ctx.explain(self, f"Rank {ctx.origin.rank} failed first: its own kernel faulted (origin evidence).")
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        launcher = _launcher_opinion(evidence)
+        env = verdict.environment
+        own = _own_failures(evidence)
+        if verdict.origin is not None and verdict.origin.rank is not None or verdict.origin is not None and verdict.origin.pid:
+            o = verdict.origin
+            what = f"{o.fault} in {o.kernel}" if o.kernel else o.fault
+            time = next((e.time for e in own if (o.pid is not None and e.pid == o.pid) or
+                         (o.pid is None and e.rank == o.rank)), None)
+            verdict.first_failure = FirstFailure(o.rank, o.pid, time, f"origin evidence: {what}", what,
+                                                 _differs(launcher, o.rank))
+            verdict.failure_kind = _kind(evidence, verdict, own[0] if own else None)
+            verdict.explain(f"Rank {o.rank} failed first: its own kernel faulted (origin evidence).")
             return
-        candidates = []
-        for event in ctx.events:
-            if event.kind in PRIMARY and (event.role in (None, "worker") or event.kind == Kind.XID):
-                candidates.append((event, event.pid, event.rank, _describe(event)))
-            elif event.kind == Kind.WORKER_DIED:
-                pid = ctx.processes.pid_of_name(event.attrs.get("subject_process"))
-                rank = ctx.processes.rank_of(pid) if pid else _rank_from_name(event.attrs.get("subject_process"))
-                code = as_int(event.attrs.get("exit_code"))
-                candidates.append((event, pid, rank, _death(event.attrs.get("subject_process"), code)))
-        if not candidates:
-            # an exception traceback is a failure of its own too, when nothing better exists
-            candidates = [(e, e.pid, e.rank, e.message) for e in ctx.events
-                          if e.kind == Kind.TRACEBACK and e.role in (None, "worker", "engine-core")]
-        if not candidates:
-            ctx.explain(self, "No process shows a failure of its own; first failure unknown.")
+        hang = verdict.hang
+        if hang is not None:
+            self._hang(evidence, verdict, hang, launcher)
             return
-        key = lambda c: (c[0].time is None, c[0].time, _weight(c[0]))  # noqa: E731
+        candidates = [Candidate(e, e.pid, e.rank, describe(e)) for e in own]
+        candidates += [Candidate(e, pid, rank, words) for e, pid, rank, words in _deaths(evidence)]
+        if not candidates:
+            relays = [e for e in evidence.events if e.kind in RELAY and not e.attrs.get("earlier_run")
+                      and not (e.kind == Kind.HTTP and (e.attrs.get("status") or 0) < 500)]
+            timeouts = evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)
+            if relays or timeouts:
+                self._relay_only(evidence, verdict, relays or timeouts, launcher)
+                return
+            verdict.explain("No process shows a failure, and no relay of one.")
+            return
+        key = lambda c: (c.event.time is None, c.event.time or 0, _WEIGHT.get(c.event.kind, 6), c.event.seq)  # noqa: E731
         earliest = min(candidates, key=key)
-        event, pid, rank, what = earliest
-        tied = sorted({c[2] for c in candidates if key(c) == key(earliest) and c[2] is not None and c[2] != rank})
-        others = sorted({c[2] for c in candidates if c[2] is not None and c[2] != rank} - set(tied))
-        basis = f"earliest failure of its own ({what}) at {event.where}"
+        event = earliest.event
+        tied = sorted({c.rank for c in candidates if c.event.time is not None and c.event.time == event.time
+                       and c.rank is not None and c.rank != earliest.rank})
+        others = sorted({c.rank for c in candidates if c.rank is not None and c.rank != earliest.rank} - set(tied))
+        basis = f"earliest failure of its own ({earliest.what}) at {event.where}"
+        rank = earliest.rank
         if tied:
-            # one-second stamps: equal times say nothing about order
-            basis += (f"; ranks {', '.join(map(str, tied))} reported the same within the same second, so "
-                      f"rank {rank} is first only in log order - not evidence that it faulted first")
+            basis += (f"; ranks {', '.join(map(str, tied))} reported the same within the same second, so rank "
+                      f"{rank} is first only in log order - not evidence that it faulted first")
+            if _same_failure(candidates, event):
+                rank = None
+                basis = (f"ranks {', '.join(map(str, sorted({earliest.rank} | set(tied))))} reported the same "
+                         f"failure ({earliest.what}) within the same second: the logs cannot tell which failed first")
         if others:
             basis += f"; ranks {', '.join(map(str, others))} failed later"
-        if not tied and not others:
+        if not tied and not others and rank is not None:
             basis += "; no other rank failed on its own"
-        missing = _missing_ranks(ctx)
-        if missing:
-            basis += (f"; the logs of ranks {', '.join(map(str, missing))} are missing, so one of them "
-                      "may have failed earlier - this cannot be ruled out")
-        ctx.first_failure = FirstFailure(rank, pid, event.time, basis, what)
-        if ctx.environment.get("phase") == "startup":
-            ctx.failure_kind = "startup"
-        elif ctx.failure_kind is None:
-            ctx.failure_kind = _failure_kind(event)
-        ctx.explain(self, f"Rank {rank} (pid {pid}) failed first: {basis}.")
+        missing = missing_ranks(evidence, env)
+        if missing and rank is not None:
+            basis += (f"; the logs of ranks {', '.join(map(str, missing))} are missing, so one of them may have "
+                      "failed earlier - this cannot be ruled out")
+        verdict.first_failure = FirstFailure(rank, earliest.pid if rank is not None else None, event.time, basis,
+                                             earliest.what, _differs(launcher, rank))
+        verdict.failure_kind = _kind(evidence, verdict, event)
+        verdict.explain(f"Rank {rank} (pid {earliest.pid}) failed first: {basis}.")
+
+    def _hang(self, evidence: Evidence, verdict: VerdictView, hang: Hang, launcher) -> None:
+        timeouts = evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)
+        first = timeouts[0]
+        nccl = any(e.attrs.get("message_id") in ("nccl-watchdog-timeout", "nccl-timeout-work") for e in timeouts)
+        waited = ", ".join(map(str, hang.waited)) or "?"
+        what_op = f"{hang.collective} SeqNum={hang.seq}" if hang.seq is not None else (hang.collective or "a collective")
+        if len(hang.suspects) == 1:
+            rank = hang.suspects[0]
+            what = f"rank {rank} never joined {what_op}"
+            basis = (f"ranks {waited} timed out waiting in {what_op}; rank {rank} did not: it is the one that did not "
+                     "join (hung or dead before it)" + (f"; it was {hang.culprit_doing}" if hang.culprit_doing else ""))
+            verdict.first_failure = FirstFailure(rank, evidence.processes.pid_of_rank(rank), first.time, basis, what,
+                                                 _differs(launcher, rank))
+        else:
+            basis = (f"ranks {waited} timed out waiting in {what_op}; the logs cannot tell which rank is late"
+                     + (f" (candidates: {', '.join(map(str, hang.suspects))})" if hang.suspects else ""))
+            verdict.first_failure = FirstFailure(None, None, first.time, basis, f"collective timeout in {what_op}",
+                                                 launcher[1] if launcher else None)
+        verdict.failure_kind = FailureKind.NCCL_TIMEOUT if nccl else FailureKind.HANG
+        verdict.explain(f"Hang: {basis}.")
+
+    def _relay_only(self, evidence: Evidence, verdict: VerdictView, relays: list[Event], launcher) -> None:
+        kinds = sorted({e.kind.value for e in relays})
+        first = relays[0]
+        basis = (f"only relays of a failure are in the inputs ({', '.join(kinds)}, first at {first.where}): the engine "
+                 "died, but the failing process's own error is not in these inputs")
+        verdict.first_failure = FirstFailure(None, None, first.time, basis, "the engine died; its own failure is "
+                                             "not in these inputs", launcher[1] if launcher else None)
+        verdict.failure_kind = FailureKind.STARTUP if verdict.environment.get("phase") == "startup" else \
+            FailureKind.RELAY_ONLY
+        verdict.explain(f"Relay only: {basis}.")
+
+
+def _same_failure(candidates: list[Candidate], event: Event) -> bool:
+    """Several ranks reporting one same failure at one same second: no rank is first."""
+    same = [c for c in candidates if c.event.time == event.time and c.event.kind == event.kind and c.rank is not None]
+    return len({c.rank for c in same}) > 1 and event.kind not in (Kind.XID, Kind.DEVICE_ASSERT, Kind.SANITIZER)
+
+
+def _launcher_opinion(evidence: Evidence) -> tuple[int, str] | None:
+    for event in evidence.of_kind(Kind.LAUNCHER_SUMMARY):
+        root = event.attrs.get("root_cause") or {}
+        if isinstance(root.get("rank"), int):
+            return root["rank"], (f"torchrun's summary names rank {root['rank']} as \"Root Cause (first observed "
+                                  "failure)\": the failure with the earliest timestamp, which can be a victim")
+    return None
+
+
+def _differs(launcher, rank) -> str | None:
+    if launcher is None:
+        return None
+    if rank is None or launcher[0] != rank:
+        return launcher[1] + (f"; the evidence points at rank {rank}" if rank is not None else "")
+    return None
+
+
+def describe(event: Event) -> str:
+    err = event.attrs.get("cuda_error")
+    if event.kind == Kind.CUDA_ERROR and err is not None:
+        return f"{err.name} reported"
+    if event.kind == Kind.DEVICE_ASSERT:
+        return f"device-side assert in {event.attrs.get('function') or 'a kernel'}"
+    if event.kind == Kind.OOM:
+        return "out of memory"
+    return f"{event.kind.value}: {event.message[:80]}"
+
+
+def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> FailureKind:
+    env = verdict.environment
+    if env.get("phase") == "startup":
+        return FailureKind.STARTUP
+    error = verdict.error
+    if evidence.of_kind(Kind.DEVICE_ASSERT) or (error is not None and error.name == "CUDA_ERROR_ASSERT"):
+        return FailureKind.DEVICE_ASSERT
+    if event is None:
+        return FailureKind.CUDA_ERROR if error is not None else FailureKind.PYTHON_EXCEPTION
+    if event.kind == Kind.OOM:
+        return FailureKind.OOM
+    if event.kind in (Kind.CUDA_ERROR, Kind.XID, Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP) or error is not None:
+        return FailureKind.CUDA_ERROR
+    if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED):
+        return FailureKind.WORKER_KILLED
+    if event.kind == Kind.FATAL_SIGNAL:
+        signal = event.attrs.get("signal_name") or event.attrs.get("signal_text")
+        return FailureKind.WORKER_KILLED if signal in ("Killed", "SIGKILL") else FailureKind.FATAL_SIGNAL
+    return FailureKind.PYTHON_EXCEPTION
+
+
+def missing_ranks(evidence: Evidence, environment) -> list[int]:
+    """TP ranks the configuration promises but no input shows."""
+    tp = environment.get("tensor_parallel_size")
+    if not isinstance(tp, int) or tp < 2:
+        return []
+    seen = {p.rank for p in evidence.processes.processes() if p.role in (None, "worker") and p.rank is not None}
+    return [r for r in range(tp) if r not in seen] if seen else []
+
+
+_RELAY_ORDER = (Kind.PEER_FAILURE, Kind.COLLECTIVE_TIMEOUT, Kind.NCCL, Kind.PARENT_EXITED, Kind.ENGINE_WORKER_FAILED,
+                Kind.ENGINE_FATAL, Kind.ENGINE_DEAD, Kind.SIGNAL_RECEIVED, Kind.SHUTDOWN, Kind.WORKER_EXCEPTION,
+                Kind.CHILD_FAILED, Kind.HTTP, Kind.SCHEDULER_DUMP, Kind.EXCEPTION)
+
+_COLLATERAL_WORDS = {
+    Kind.PEER_FAILURE: "its collective failed: a peer closed the connection",
+    Kind.COLLECTIVE_TIMEOUT: "it timed out waiting in a collective for a peer",
+    Kind.NCCL: "NCCL failed waiting for a peer",
+    Kind.PARENT_EXITED: "its parent (EngineCore) exited",
+    Kind.ENGINE_WORKER_FAILED: "relayed a worker's failure and shut the engine down",
+    Kind.ENGINE_FATAL: "the engine stopped after a worker failed",
+    Kind.ENGINE_DEAD: "saw the engine die (EngineDeadError, HTTP 500)",
+    Kind.WORKER_EXCEPTION: "raised after another process failed",
+    Kind.SIGNAL_RECEIVED: "was told to stop after another process failed",
+    Kind.SHUTDOWN: "was shut down after another process failed",
+    Kind.HTTP: "answered clients with errors after the engine died",
+    Kind.CHILD_FAILED: "its child process failed",
+    Kind.SCHEDULER_DUMP: "the engine stopped after a worker failed",
+    Kind.EXCEPTION: "raised after another process failed",
+}
 
 
 class RankStatuses(Rule):
     """Gives every known process a status: origin (its own kernel faulted), surfaced (it
     reported the sticky error and the origin is not shown elsewhere), collateral (it died
-    because a peer or its parent did: gloo/NCCL peer errors, parent exited, engine relayed
-    a worker failure, API server saw the engine die), healthy (no failure at all) or
-    unknown; with its exit code and first error line."""
+    because a peer or its parent did: gloo/NCCL peer errors and timeouts while another
+    rank is to blame, parent exited, engine relays, API server saw the engine die, a
+    launcher's SIGTERM), healthy (no failure at all) or unknown (killed from outside,
+    the rank that never joined a collective); with its exit code and first error line."""
 
     name = "rank-statuses"
+    reads = ("origin", "first_failure", "surfaces", "hang", "error", "failure_kind", "environment")
+    writes = ("ranks",)
 
-    def apply(self, ctx: Context) -> None:
-        exit_codes = _exit_codes(ctx)
-        for info in ctx.processes.processes():
-            mine = [e for e in ctx.events if e.pid == info.pid or
-                    (e.pid is None and info.role == "worker" and info.rank is not None and e.rank == info.rank)]
-            verdict = RankVerdict(pid=info.pid, rank=info.rank, role=info.role or "unknown",
-                                  name=info.name, exit_code=exit_codes.get(info.pid))
-            first_bad = next((e for e in mine if e.kind in PRIMARY + COLLATERAL + (Kind.WORKER_EXCEPTION,)
-                              and e.kind != Kind.WORKER_EXCEPTION), None) or \
-                next((e for e in mine if e.severity >= Severity.ERROR and e.kind != Kind.WORKER_EXCEPTION), None)
-            if first_bad:
-                verdict.first_error = first_bad.message[:160]
-                verdict.first_error_source = first_bad.where
-            own = [e for e in mine if e.kind in PRIMARY]
-            relays = [e for e in mine if e.kind in COLLATERAL]
-            killed = _killed(ctx)
-            origin_pid = ctx.origin.pid if ctx.origin else None
-            nonzero_exit = verdict.exit_code not in (None, 0)
-            hang = ctx.hang
-            if hang and info.role == "worker" and info.rank in hang["suspects"]:
-                verdict.status = "unknown"
-                verdict.failure = f"never joined {hang['collective']} SeqNum={hang['seq']}: suspected hung or dead rank"
-            elif hang and info.role == "worker" and info.rank in hang["waited"]:
-                verdict.status = "collateral"
-                verdict.failure = f"timed out waiting for a peer in {hang['collective']} SeqNum={hang['seq']}"
-            elif ctx.first_failure is None and ctx.error is None and not own and not nonzero_exit:
-                # Nothing failed: parent-exited and shutdown lines are an orderly stop.
-                verdict.status = "healthy" if mine else "unknown"
-            elif origin_pid is not None and info.pid == origin_pid:
-                verdict.status = "origin"
-                verdict.failure = f"its kernel {ctx.origin.kernel} faulted"
-            elif own and any(e.kind == Kind.CUDA_ERROR for e in own):
-                if origin_pid is not None:
-                    verdict.status = "collateral"
-                    verdict.failure = "reported the CUDA error after the origin rank's fault"
-                else:
-                    verdict.status = "surfaced"
-                    verdict.failure = "reported the sticky CUDA error; origin not shown elsewhere"
-            elif relays:
-                verdict.status = "collateral"
-                verdict.failure = _collateral_reason(relays[0])
-            elif info.pid in killed:
-                code = killed[info.pid]
-                first = ctx.first_failure
-                if first and first.pid == info.pid:
-                    verdict.status = "unknown"
-                    verdict.failure = f"killed by {_signal_name(code)} from outside the server (first failure)"
-                else:
-                    verdict.status = "collateral"
-                    verdict.failure = f"ended by {_signal_name(code)} during shutdown"
-            elif own:
-                verdict.status = "unknown"
-                verdict.failure = _describe(own[0])
-            elif any(e.kind == Kind.SHUTDOWN and e.attrs.get("subject_pid") and as_int(e.attrs["subject_pid"]) == info.pid
-                     for e in ctx.events):
-                verdict.status = "collateral"
-                verdict.failure = "killed by the server's shutdown after the failure"
-            elif mine and not nonzero_exit and not any(e.severity >= Severity.ERROR for e in mine):
-                verdict.status = "healthy"
-            if verdict.exit_code is None and info.pid in killed:
-                verdict.exit_code = killed[info.pid]
-            ctx.ranks[info.pid] = verdict
-        collateral = [v for v in ctx.ranks.values() if v.status == "collateral"]
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        table = evidence.processes
+        exit_codes = _exit_codes(evidence)
+        per_key: dict[str, list[Event]] = {}
+        for event in evidence.events:
+            info = table.info_of(event)
+            if info is not None:
+                per_key.setdefault(info.key, []).append(event)
+        deaths = {pid: words for _, pid, _, words in _deaths(evidence) if pid is not None}
+        about: dict[str, list[Event]] = {}      # lines about a process written by another (force killing pid N)
+        for event in evidence.of_kind(Kind.SHUTDOWN):
+            subject = table.by_pid(event.attrs.get("subject_pid")) if event.attrs.get("subject_pid") is not None else None
+            if subject is not None:
+                about.setdefault(subject.key, []).append(event)
+        first = verdict.first_failure
+        origin = verdict.origin
+        hang = verdict.hang
+        out = []
+        for info in table.processes():
+            mine = per_key.get(info.key, [])
+            out.append(self._status(info, mine, about, exit_codes, deaths, first, origin, hang, verdict))
+        out = self._went_down_with_the_job(evidence, verdict, out)
+        verdict.ranks = tuple(out)
+        collateral = [v for v in out if v.status == Status.COLLATERAL]
         if collateral:
-            names = ", ".join(_label(v) for v in collateral)
-            ctx.explain(self, f"Collateral: {names} went down because another process failed.")
+            verdict.explain("Collateral: " + ", ".join(label(v) for v in collateral)
+                            + " went down because another process failed.")
+
+    def _status(self, info: ProcessInfo, mine: list[Event], about, exit_codes, deaths, first, origin, hang,
+                verdict) -> RankVerdict:
+        own = [e for e in mine if e.kind in OWN and not consequence_of_timeout(e) and not e.attrs.get("earlier_run")
+               and not (e.kind == Kind.EXCEPTION and info.role in ("api-server", "launcher"))]
+        relays = [e for e in mine if e.kind in RELAY | {Kind.SHUTDOWN} and not e.attrs.get("earlier_run")
+                  and not (e.kind == Kind.HTTP and (e.attrs.get("status") or 0) < 500)
+                  and not (e.kind == Kind.SHUTDOWN and e.attrs.get("subject_pid") is not None)]
+        relays += [e for e in about.get(info.key, ()) if not e.attrs.get("earlier_run")]
+        relays.sort(key=lambda e: _RELAY_ORDER.index(e.kind) if e.kind in _RELAY_ORDER else len(_RELAY_ORDER))
+        if info.role in ("engine-core", "api-server", "launcher") and own and not is_first and first is not None:
+            relays = relays or own
+            own = []
+        code = next((exit_codes[p] for p in sorted(info.pids) if p in exit_codes), None)
+        base = dict(key=info.key, pid=info.pid, rank=info.rank, role=info.role or "unknown", name=info.name,
+                    exit_code=code, other_pids=tuple(sorted(p for p in info.pids if p != info.pid)), host=info.host)
+        is_first = first is not None and ((first.pid is not None and first.pid in info.pids) or
+                                          (first.pid is None and first.rank is not None and first.rank == info.rank
+                                           and info.role in (None, "worker")))
+        if origin is not None and ((origin.pid is not None and origin.pid in info.pids) or
+                                   (origin.pid is None and origin.rank is not None and origin.rank == info.rank)):
+            where = own[0] if own else (mine[0] if mine else None)
+            fault = f"its kernel {origin.kernel} faulted" if origin.kernel else f"its device work faulted ({origin.fault})"
+            return RankVerdict(status=Status.ORIGIN, first_error=where.message[:200] if where else None,
+                               first_error_source=where.where if where else None, failure=fault, **base)
+        if hang is not None and info.rank in hang.suspects and len(hang.suspects) == 1:
+            failure = f"never joined the collective its peers waited in" + (f"; {hang.culprit_doing}" if hang.culprit_doing else "")
+            return RankVerdict(status=Status.UNKNOWN, failure=failure, **base)
+        if own:
+            e = own[0]
+            reported_error = e.kind in (Kind.CUDA_ERROR,) and verdict.error is not None
+            if reported_error and origin is not None:
+                status, failure = Status.COLLATERAL, f"reported {verdict.error.name} after rank {origin.rank} faulted"
+            elif is_first or first is None or first.rank is None:
+                status, failure = (Status.SURFACED if e.kind in (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT) else Status.UNKNOWN,
+                                   describe(e))
+            else:
+                status, failure = Status.SURFACED if e.kind == Kind.CUDA_ERROR else Status.UNKNOWN, describe(e)
+            if e.kind == Kind.OOM:
+                status = Status.UNKNOWN if not is_first else Status.SURFACED
+                failure = "ran out of memory"
+            return RankVerdict(status=status, first_error=e.message[:200], first_error_source=e.where,
+                               failure=failure, **base)
+        if info.pid in deaths or any(p in deaths for p in info.pids):
+            words = deaths.get(info.pid) or next(deaths[p] for p in info.pids if p in deaths)
+            return RankVerdict(status=Status.UNKNOWN, failure=words, **base)
+        if relays:
+            e = relays[0]
+            if first is None and hang is None and verdict.failure_kind is None:
+                return RankVerdict(status=Status.UNKNOWN, first_error=e.message[:200], first_error_source=e.where,
+                                   failure=_COLLATERAL_WORDS.get(e.kind, e.kind.value), **base)
+            failure = _COLLATERAL_WORDS.get(e.kind, e.kind.value)
+            if e.kind == Kind.SHUTDOWN and e.attrs.get("signal"):
+                failure = f"the launcher sent it {e.attrs['signal']} after another process failed"
+            elif e.kind == Kind.SHUTDOWN and e.attrs.get("subject_pid") is not None:
+                failure = "killed by the shutdown after another process failed"
+            return RankVerdict(status=Status.COLLATERAL, first_error=e.message[:200], first_error_source=e.where,
+                               failure=failure, **base)
+        if isinstance(code, int) and code != 0:
+            return RankVerdict(status=Status.UNKNOWN, failure=death_words(info.name, code), **base)
+        return RankVerdict(status=Status.HEALTHY, **base)
 
 
-def _missing_ranks(ctx: Context) -> list[int]:
-    """TP ranks the configuration promises but no input shows."""
-    tp = ctx.environment.get("tensor_parallel_size")
-    if not isinstance(tp, int) or tp < 2:
-        return []
-    seen = {p.rank for p in ctx.processes.processes() if p.role == "worker" and p.rank is not None}
-    return [r for r in range(tp) if r not in seen] if seen else []
+    @staticmethod
+    def _went_down_with_the_job(evidence: Evidence, verdict: VerdictView, out: list[RankVerdict]) -> list[RankVerdict]:
+        """When one rank's failure took the job down, the ranks that show no failure of
+        their own (and the ranks the configuration promises but no input shows) went
+        down with it: collateral."""
+        from dataclasses import replace
+        first = verdict.first_failure
+        if first is None or first.rank is None or verdict.hang is not None:
+            return out
+        culprit = f"rank {first.rank}"
+        words = f"no failure of its own in the inputs: it went down with the job after {culprit} failed"
+        result = []
+        for v in out:
+            if v.status == Status.HEALTHY and v.role == "worker" and v.rank is not None and v.rank != first.rank:
+                v = replace(v, status=Status.COLLATERAL, failure=words)
+            result.append(v)
+        seen = {v.rank for v in result if v.role == "worker" and v.rank is not None}
+        for rank in sorted(expected_ranks(evidence, verdict.environment) - seen - {first.rank}):
+            result.append(RankVerdict(key=f"rank:{rank}", pid=None, rank=rank, role="worker", name=None,
+                                      status=Status.COLLATERAL, failure=f"no lines in the inputs; {words[29:]}"))
+        return result
 
 
-def _collateral_reason(event: Event) -> str:
-    return {
-        Kind.PEER_FAILURE: "its collective failed: a peer closed the connection",
-        Kind.NCCL: "NCCL collective failed or timed out waiting for a peer",
-        Kind.PARENT_EXITED: "its parent (EngineCore) exited",
-        Kind.ENGINE_WORKER_FAILED: "relayed a worker's failure and shut the engine down",
-        Kind.ENGINE_FATAL: "engine core stopped after a worker failed",
-        Kind.ENGINE_DEAD: "saw the engine core die (EngineDeadError, HTTP 500)",
-    }.get(event.kind, event.kind)
-
-
-def _label(v: RankVerdict) -> str:
+def label(v: RankVerdict) -> str:
     return f"rank {v.rank}" if v.rank is not None else f"{v.name or v.role} (pid {v.pid})"
 
 
-def _exit_codes(ctx: Context) -> dict[int, int]:
+def _exit_codes(evidence: Evidence) -> dict[int, int]:
     codes: dict[int, int] = {}
-    for event in ctx.of_kind(Kind.EXIT):
-        code = as_int(event.attrs.get("exit_code"))
-        if event.pid is not None and code is not None:
-            codes.setdefault(event.pid, code)
-    for pid, code in _killed(ctx).items():
-        codes.setdefault(pid, code)
+    table = evidence.processes
+    for event in evidence.of_kind(Kind.CHILD_FAILED, Kind.WORKER_DIED, Kind.EXIT):
+        code = event.attrs.get("exit_code")
+        pid = event.attrs.get("subject_pid")
+        if pid is None and event.attrs.get("subject_process"):
+            info = table.by_name(event.attrs.get("subject_process"))
+            pid = info.pid if info else None
+        if isinstance(pid, int) and isinstance(code, int):
+            codes.setdefault(pid, code)
+    for event in evidence.of_kind(Kind.LAUNCHER_SUMMARY):
+        for failure in [event.attrs.get("root_cause") or {}] + list(event.attrs.get("failures") or []):
+            if isinstance(failure.get("pid"), int) and isinstance(failure.get("exit_code"), int):
+                codes.setdefault(failure["pid"], failure["exit_code"])
     return codes
-
-
-def _killed(ctx: Context) -> dict[int, int]:
-    """pid -> negative exit code for workers the executor reported dead."""
-    out = {}
-    for event in ctx.of_kind(Kind.WORKER_DIED):
-        pid = ctx.processes.pid_of_name(event.attrs.get("subject_process"))
-        code = as_int(event.attrs.get("exit_code"))
-        if pid is not None and code is not None:
-            out[pid] = code
-    return out
-
-
-def _describe(event: Event) -> str:
-    if event.kind == Kind.CUDA_ERROR and event.attrs.get("cuda_error"):
-        return f"{event.attrs['cuda_error'].name} reported"
-    return f"{event.kind}: {event.message[:80]}"
-
-
-def _death(name: str | None, code: int | None) -> str:
-    if code is not None and code < 0:
-        return f"{name} killed by {_signal_name(code)}"
-    return f"{name} died unexpectedly (exit code {code})"
-
-
-def _signal_name(code: int | None) -> str:
-    if code is None:
-        return "an unknown signal"
-    return SIGNALS.get(-code, f"signal {-code}") if code < 0 else f"exit code {code}"
-
-
-def _weight(event: Event) -> int:
-    order = {Kind.XID: 0, Kind.CUDA_ERROR: 1, Kind.DEVICE_ASSERT: 1, Kind.WORKER_DIED: 2}
-    return order.get(event.kind, 3)
-
-
-def _failure_kind(event: Event) -> str:
-    if event.kind == Kind.WORKER_DIED:
-        return "worker-killed"
-    if event.kind == Kind.OOM:
-        return "oom"
-    if event.kind == Kind.TRACEBACK:
-        return "python-exception"
-    return event.kind
-
-
-def _rank_from_name(name: str | None) -> int | None:
-    from forensics import knowledge
-    return knowledge.role_and_rank(name)[1]
-
-
-def _time_of_pid(ctx: Context, pid: int | None):
-    for event in ctx.events:
-        if event.pid == pid and event.kind in PRIMARY:
-            return event.time
-    return None
-

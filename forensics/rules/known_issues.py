@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 
 from forensics import kb
-from forensics.rules.base import Context, Rule
+from forensics.rules.base import Evidence, Rule, VerdictView
+from forensics.verdict import KnownIssueMatch
 
 ENV_ALIASES = {"flashinfer_allreduce_backend": ("flashinfer_allreduce_backend", "all_reduce_backend",
                                                 "allreduce_backend")}
@@ -20,79 +21,84 @@ class KnownIssues(Rule):
     Each match carries what it does not prove."""
 
     name = "known-issues"
+    reads = ("error", "failure_kind", "surfaces", "origin", "environment", "ranks")
+    writes = ("known_issues",)
 
-    def apply(self, ctx: Context) -> None:
-        entries = ctx.kb_entries if ctx.kb_entries is not None else kb.builtin()
+    def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        entries = evidence.kb_entries or kb.builtin()
+        found = []
         for entry in entries:
-            result = match(entry, ctx)
-            if result:
-                ctx.known_issues.append(result)
-                ctx.explain(self, f"Matches known issue {entry.id} ({result['likelihood']}): "
-                                  f"{'; '.join(result['matched'])}.")
+            result = match(entry, evidence, verdict)
+            if result is not None:
+                found.append(result)
+                verdict.explain(f"Matches known issue {entry.id} ({result.likelihood}): {'; '.join(result.matched)}.")
+        found.sort(key=lambda m: m.likelihood != "likely")
+        verdict.known_issues = tuple(found)
 
 
-def match(entry: kb.KnownIssue, ctx: Context) -> dict | None:
-    matched, unknown = [], []
+def match(entry: kb.KnownIssue, evidence: Evidence, verdict) -> KnownIssueMatch | None:
+    matched: list[str] = []
+    unknown: list[str] = []
+    error, kind = verdict.error, verdict.failure_kind
     if entry.errors:
-        if ctx.error is None or ctx.error.name not in entry.errors:
+        if error is None or error.name not in entry.errors:
             return None
-        matched.append(f"error {ctx.error.name}")
+        matched.append(f"error {error.name}")
     if entry.failure_kinds:
-        if ctx.failure_kind not in entry.failure_kinds:
+        if kind is None or kind.value not in entry.failure_kinds:
             return None
-        matched.append(f"failure {ctx.failure_kind}")
+        matched.append(f"failure {kind.value}")
     if entry.alternatives:
-        hit = next((alt for alt in entry.alternatives if _alternative_holds(alt, ctx)), None)
+        hit = next((alt for alt in entry.alternatives if _alternative_holds(alt, evidence, verdict)), None)
         if hit is None:
             return None
         matched.append(hit.get("why", "evidence"))
-    phase = ctx.environment.get("phase")
+    phase = verdict.environment.get("phase")
     if entry.phases:
         if phase in entry.phases:
             matched.append(f"phase {phase}")
-        elif phase in (None, "unknown"):
+        elif phase is None:
             unknown.append("phase")
         else:
             return None
     for key, condition in entry.environment.items():
-        value = _env_value(ctx, key)
+        value = _env_value(verdict.environment, key)
         if value is None:
             unknown.append(key)
             continue
-        ok = kb.version_in(str(value), condition) if key in kb.VERSION_KEYS else \
-            bool(re.search(condition, str(value)))
+        ok = kb.version_in(str(value), condition) if key in kb.VERSION_KEYS else bool(re.search(condition, str(value)))
         if not ok:
             return None
         matched.append(f"{key}={value}")
-    return {
-        "id": entry.id, "title": entry.title, "likelihood": "possible" if unknown else "likely",
-        "matched": matched, "unknown": unknown, "status": entry.status, "references": list(entry.references),
-        "workaround": entry.workaround, "does_not_prove": entry.does_not_prove,
-    }
+    return KnownIssueMatch(id=entry.id, title=entry.title, likelihood="possible" if unknown else "likely",
+                           matched=tuple(matched), unknown=tuple(unknown), status=entry.status,
+                           references=tuple(entry.references), workaround=entry.workaround,
+                           does_not_prove=entry.does_not_prove)
 
 
-def _env_value(ctx: Context, key: str):
+def _env_value(environment, key: str):
     for alias in ENV_ALIASES.get(key, (key,)):
-        if ctx.environment.get(alias) not in (None, ""):
-            return ctx.environment[alias]
+        if environment.get(alias) not in (None, ""):
+            return environment[alias]
     return None
 
 
-def _alternative_holds(alt: dict, ctx: Context) -> bool:
+def _alternative_holds(alt: dict, evidence: Evidence, verdict) -> bool:
     checks = []
     if any(k in alt for k in ("surface_file", "surface_function", "surface_api")):
         checks.append(any(
             (not alt.get("surface_file") or (s.file and re.search(alt["surface_file"], s.file)))
             and (not alt.get("surface_function") or (s.function and re.search(alt["surface_function"], s.function)))
             and (not alt.get("surface_api") or s.api == alt["surface_api"])
-            for s in ctx.surfaces))
+            for s in verdict.surfaces))
     if "origin_kernel" in alt:
-        checks.append(bool(ctx.origin and re.search(alt["origin_kernel"], ctx.origin.kernel)))
+        origin = verdict.origin
+        checks.append(bool(origin and origin.kernel and re.search(alt["origin_kernel"], origin.kernel)))
     if "message" in alt:
         pattern = re.compile(alt["message"])
-        checks.append(any(pattern.search(e.message) for e in ctx.events))
+        checks.append(any(pattern.search(e.message) for e in evidence.events))
     if "phase" in alt:
-        checks.append(ctx.environment.get("phase") == alt["phase"])
+        checks.append(verdict.environment.get("phase") == alt["phase"])
     if "worker_exit_code" in alt:
-        checks.append(any(v.exit_code == alt["worker_exit_code"] for v in ctx.ranks.values() if v.role == "worker"))
+        checks.append(any(v.exit_code == alt["worker_exit_code"] for v in verdict.ranks if v.role == "worker"))
     return bool(checks) and all(checks)

@@ -1,0 +1,468 @@
+"""Sources: find the inputs, tell binary formats from text, open each one safely.
+
+Nothing here interprets a line: text is recognised line by line later (parsers/). A
+file that cannot be read becomes a ``Source`` with problems; it never stops the
+analysis of the others.  Everything read is bounded: compressed streams by output size
+and ratio, files by the size seen when they were listed (a log still being written is
+read to that size), folders by depth and by the number of readable files.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import lzma
+import os
+import stat
+import sys
+import zlib
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import BinaryIO, Callable, Iterator
+
+SNIFF_BYTES = 64 * 1024
+STDIN_NAME = "<stdin>"
+MAX_FILES = 10_000            # readable, non-empty files read from the folders given
+MAX_DEPTH = 64                # folder depth walked
+MAX_DECOMPRESSED = 16 << 30   # bytes out of one compressed file
+MAX_RATIO = 1000              # decompressed / compressed, past the first 64 MiB
+RATIO_FREE = 64 << 20
+
+EM_CUDA = 190
+ET_CORE = 4
+
+# name, magic, opener
+_COMPRESSED = (
+    ("gzip", b"\x1f\x8b"),
+    ("bzip2", b"BZh"),
+    ("xz", b"\xfd7zXZ\x00"),
+)
+
+
+class InputLimitError(OSError):
+    """Reading an input went past a safety cap (a decompression bomb)."""
+
+
+def display_name(name: str) -> str:
+    """A file name as text that every output can carry: undecodable bytes (kept by
+    Python as surrogates) are shown as \\xNN."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        raw = os.fsencode(name)
+        return raw.decode("utf-8", errors="backslashreplace")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input: where it is, what it is, and what went wrong opening it."""
+
+    relpath: str                 # for display: relative to the folder given, always valid text
+    path: Path | None            # None for stdin and archive members
+    kind: str                    # text | compute-sanitizer-xml | cuda-coredump | elf-core |
+                                 # archive-tar | archive-zip | unknown
+    size: int | None = None      # bytes as listed (compressed size for compressed files)
+    mtime: datetime | None = None
+    compression: str | None = None
+    problems: tuple[str, ...] = ()
+    opener: Callable[[], BinaryIO] | None = None   # streams (stdin, archive members): read once
+    forced: str | None = None    # the --kind the user forced, if any
+
+    @property
+    def is_plain_file(self) -> bool:
+        """A file on disk read as it is (seekable; no decompression, no archive)."""
+        return self.path is not None and self.opener is None and not self.compression
+
+    @property
+    def readable(self) -> bool:
+        return self.kind != "unknown"
+
+    def open_binary(self) -> BinaryIO:
+        """The bytes of the input, decompressed, capped."""
+        if self.opener is not None:
+            raw: BinaryIO = self.opener()
+        else:
+            raw = Capped(open(self.path, "rb"), self.size if self.size is not None else MAX_DECOMPRESSED,  # noqa: SIM115
+                         f"{self.relpath}", hard=False)
+        if self.compression:
+            return decompressing(raw, self.compression, self.relpath)
+        return raw
+
+
+class Capped(io.RawIOBase):
+    """A stream that stops at ``limit`` bytes: ``hard`` raises past it (a bomb), else it
+    just ends there (a file that grew after it was listed)."""
+
+    def __init__(self, inner: BinaryIO, limit: int, what: str, hard: bool = True, head: bytes = b"") -> None:
+        self._inner, self._limit, self._what, self._hard = inner, limit, what, hard
+        self._head = head
+        self.seen = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        want = len(buffer)
+        if not self._hard:
+            want = min(want, self._limit - self.seen)
+            if want <= 0:
+                return 0
+        if self._head:
+            data, self._head = self._head[:want], self._head[want:]
+        else:
+            data = self._inner.read(want)
+        n = len(data)
+        buffer[:n] = data
+        self.seen += n
+        if self._hard and self.seen > self._limit:
+            raise InputLimitError(f"{self._what} expands past {self._limit:,} bytes; the rest is not read")
+        return n
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            super().close()
+
+
+class _Decompressor(io.RawIOBase):
+    """A decompressing stream with an output cap and a ratio cap (a bomb is a problem
+    line, never a multi-GB spool), bounded output per call, concatenated members
+    (rotated logs) read in turn, and a cut stream read up to the cut."""
+
+    def __init__(self, raw: BinaryIO, method: str, what: str) -> None:
+        self._raw, self._method, self._what = raw, method, what
+        self._dec = self._new()
+        self._input = b""
+        self._read_in = 0
+        self.out = 0
+        self._done = False
+
+    def _new(self):
+        if self._method == "gzip":
+            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        if self._method == "bzip2":
+            return bz2.BZ2Decompressor()
+        return lzma.LZMADecompressor()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._done:
+            if not self._input:
+                if self._method == "gzip" or self._dec.eof or self._dec.needs_input:
+                    chunk = self._raw.read(1 << 16)
+                    if not chunk:
+                        self._done = True
+                        if not self._dec.eof and self._read_in:
+                            raise EOFError(f"{self._what}: the compressed stream is cut short; "
+                                           "the part before the cut was read")
+                        break
+                    self._read_in += len(chunk)
+                    self._input = chunk
+            if self._dec.eof:
+                if not self._input.strip(b"\x00"):
+                    self._input = b""             # padding after the last member
+                    continue
+                self._dec = self._new()           # another member follows (rotated logs)
+            data, self._input = self._input, b""
+            out = self._dec.decompress(data, len(buffer))
+            if self._dec.eof:
+                # zlib keeps the bytes after the end in both unused_data and unconsumed_tail
+                self._input = self._dec.unused_data
+            elif self._method == "gzip":
+                self._input = self._dec.unconsumed_tail
+            if out:
+                n = len(out)
+                buffer[:n] = out
+                self.out += n
+                self._check()
+                return n
+        return 0
+
+    def _check(self) -> None:
+        if self.out > MAX_DECOMPRESSED:
+            raise InputLimitError(f"{self._what}: decompresses past {MAX_DECOMPRESSED:,} bytes; the rest is not read")
+        if self.out > RATIO_FREE and self.out > MAX_RATIO * max(self._read_in, 1):
+            raise InputLimitError(f"{self._what}: decompresses more than {MAX_RATIO}x its size "
+                                  "(a decompression bomb); the rest is not read")
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
+def decompressing(raw: BinaryIO, method: str, what: str) -> BinaryIO:
+    return io.BufferedReader(_Decompressor(raw, method, what), buffer_size=1 << 20)
+
+
+# --- discovery -------------------------------------------------------------------------
+
+@dataclass
+class Walk:
+    """What discovery saw besides the inputs themselves (for the report and exit codes)."""
+
+    given: int = 0
+    files_seen: int = 0
+    readable: int = 0
+    empty: int = 0
+    skipped_links: int = 0
+
+
+def discover(paths: list[str], *, follow_links: bool = False, walk: Walk | None = None,
+             stdin: BinaryIO | None = None) -> Iterator[Source]:
+    """Every input under ``paths`` (folders recursively, files, ``-`` for stdin)."""
+    walk = walk if walk is not None else Walk()
+    counted = 0
+    for given in paths:
+        walk.given += 1
+        if given == "-":
+            yield stdin_source(stdin)
+            continue
+        path = Path(given)
+        if not os.path.lexists(path):
+            yield Source(display_name(given), None, "unknown", problems=(f"{display_name(given)}: no such file or directory",))
+            continue
+        if path.is_dir():
+            for source in _walk(path, follow_links, walk):
+                if source.readable and source.size != 0:
+                    counted += 1
+                    if counted > MAX_FILES:
+                        yield Source("...", None, "unknown",
+                                     problems=(f"more than {MAX_FILES:,} readable input files: the rest were not read; "
+                                               "point forensics at the folder of the crashed server's logs",))
+                        return
+                yield from _expand(source)
+        else:
+            yield from _expand(sniff(path, display_name(given)))
+
+
+def _expand(source: Source) -> Iterator[Source]:
+    """A source as it is, or, for an archive, its members (streams, never extracted)."""
+    if source.kind.startswith("archive-"):
+        from forensics.inputs.archives import members
+        yield from members(source)
+    else:
+        yield source
+
+
+def _walk(root: Path, follow_links: bool, walk: Walk) -> Iterator[Source]:
+    """Files under ``root`` in sorted order, iteratively (no recursion limit), at most
+    MAX_DEPTH deep; links that lead outside ``root`` are listed, not followed."""
+    real_root = os.path.realpath(root)
+    seen_dirs: set[tuple[int, int]] = set()
+    stack: list[tuple[Path, int]] = [(root, 0)]
+    while stack:
+        folder, depth = stack.pop()
+        try:
+            st = os.stat(folder)
+        except OSError as exc:
+            yield Source(_rel(folder, root) or display_name(str(folder)), folder, "unknown",
+                         problems=(f"{_rel(folder, root)}: cannot read the folder ({exc.strerror or exc})",))
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen_dirs:
+            continue
+        seen_dirs.add(key)
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: os.fsencode(e.name))
+        except OSError as exc:
+            yield Source(_rel(folder, root), folder, "unknown",
+                         problems=(f"{_rel(folder, root)}: cannot list the folder ({exc.strerror or exc})",))
+            continue
+        subfolders = []
+        for entry in entries:
+            full = Path(entry.path)
+            rel = _rel(full, root)
+            try:
+                is_link = entry.is_symlink()
+                if is_link and not follow_links:
+                    target = os.path.realpath(full)
+                    if not (target == real_root or target.startswith(real_root + os.sep)):
+                        walk.skipped_links += 1
+                        yield Source(rel, full, "unknown",
+                                     problems=(f"{rel}: a link to {display_name(target)}, outside the folder given; "
+                                               "not followed (--follow-links to read it)",))
+                        continue
+                if entry.is_dir(follow_symlinks=follow_links or not is_link):
+                    if is_link and not follow_links:
+                        continue            # a link to a folder inside the tree: read it once, there
+                    subfolders.append(full)
+                    continue
+            except OSError:
+                pass
+            walk.files_seen += 1
+            source = sniff(full, rel)
+            if source.readable and source.size != 0:
+                walk.readable += 1
+            elif source.size == 0:
+                walk.empty += 1
+            yield source
+        if subfolders and depth + 1 > MAX_DEPTH:
+            yield Source(_rel(subfolders[0], root), subfolders[0], "unknown",
+                         problems=(f"{_rel(folder, root)}: folders nested more than {MAX_DEPTH} deep; "
+                                   "the deeper ones were not read",))
+            continue
+        for sub in reversed(subfolders):
+            stack.append((sub, depth + 1))
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        rel = path.relative_to(root).as_posix()
+    except ValueError:
+        rel = str(path)
+    return display_name(rel or ".")
+
+
+class _Stdin(io.RawIOBase):
+    """stdin streamed: the sniffed head first, then the rest as it comes."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self._head, self._rest = head, rest
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        data = self._rest.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+
+def stdin_source(stream: BinaryIO | None = None) -> Source:
+    raw = stream if stream is not None else sys.stdin.buffer
+    head = b""
+    while len(head) < SNIFF_BYTES:
+        chunk = raw.read(SNIFF_BYTES - len(head)) if not hasattr(raw, "read1") else raw.read1(SNIFF_BYTES - len(head))
+        if not chunk:
+            break
+        head += chunk
+    used = {"done": False}
+
+    def opener() -> BinaryIO:
+        if used["done"]:
+            raise OSError("stdin can be read only once")
+        used["done"] = True
+        return io.BufferedReader(_Stdin(head, raw), buffer_size=1 << 20)
+
+    source = classify(STDIN_NAME, None, head, size=None, mtime=None, opener=opener)
+    return source
+
+
+def sniff(path: Path, relpath: str) -> Source:
+    """Open ``path`` just far enough to know its format."""
+    try:
+        if path.is_symlink() and not path.exists():
+            return Source(relpath, path, "unknown", problems=(f"{relpath}: broken symbolic link",))
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            return Source(relpath, path, "unknown",
+                          problems=(f"{relpath}: not a regular file (device, socket or pipe); skipped",))
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except PermissionError:
+        return Source(relpath, path, "unknown",
+                      problems=(f"{relpath}: permission denied; run with read access to include it",))
+    except OSError as exc:
+        return Source(relpath, path, "unknown", problems=(f"{relpath}: cannot read ({exc.strerror or exc})",))
+    return classify(relpath, path, head, size=st.st_size, mtime=datetime.fromtimestamp(st.st_mtime))
+
+
+def classify(relpath: str, path: Path | None, head: bytes, *, size: int | None,
+             mtime: datetime | None, opener: Callable[[], BinaryIO] | None = None) -> Source:
+    """A source from its first bytes (``opener``: how to read a stream)."""
+    if size == 0 or (not head and opener is None):
+        return Source(relpath, path, "text", 0 if size is None else size, mtime)
+    compression = None
+    for name, magic in _COMPRESSED:
+        if head.startswith(magic):
+            compression = name
+            head = _peek(head, path, name, opener is not None, size)
+            if head is None:
+                return Source(relpath, path, "unknown", size, mtime, name,
+                              (f"{relpath}: corrupt {name} stream; skipped",), opener)
+            break
+    kind, problems = kind_of(relpath, head)
+    return Source(relpath, path, kind, size, mtime, compression, problems, opener)
+
+
+def _peek(head: bytes, path: Path | None, method: str, is_stream: bool, size: int | None) -> bytes | None:
+    """Up to SNIFF_BYTES decompressed from the start of a (possibly cut) stream."""
+    raw: BinaryIO
+    if is_stream or path is None:
+        raw = io.BytesIO(head)
+    else:
+        raw = open(path, "rb")  # noqa: SIM115
+    out = bytearray()
+    try:
+        with decompressing(raw, method, "sniff") as stream:
+            while len(out) < SNIFF_BYTES:
+                chunk = stream.read(4096)
+                if not chunk:
+                    break
+                out += chunk
+    except (EOFError, InputLimitError):
+        pass        # only the start of the stream: what decoded so far is enough
+    except (OSError, lzma.LZMAError, zlib.error, ValueError):
+        return None if not out else bytes(out[:SNIFF_BYTES])
+    return bytes(out[:SNIFF_BYTES])
+
+
+def kind_of(relpath: str, head: bytes) -> tuple[str, tuple[str, ...]]:
+    """Binary formats by their magic; all text is "text" (formats inside text are
+    recognised per line and block by the parsers)."""
+    if not head:
+        return "text", ()
+    if head.startswith(b"\x7fELF"):
+        if len(head) < 20:
+            return "unknown", (f"{relpath}: truncated ELF header",)
+        order = "little" if head[5] != 2 else "big"
+        e_type = int.from_bytes(head[16:18], order)
+        e_machine = int.from_bytes(head[18:20], order)
+        if e_type == ET_CORE and e_machine == EM_CUDA:
+            return "cuda-coredump", ()
+        if e_type == ET_CORE:
+            return "elf-core", ()
+        return "unknown", (f"{relpath}: ELF file that is not a core dump (type {e_type}); skipped",)
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return "archive-zip", ()
+    if len(head) > 262 and head[257:262] == b"ustar":
+        return "archive-tar", ()
+    if head.startswith(b"\x28\xb5\x2f\xfd"):
+        return "unknown", (f"{relpath}: zstd-compressed; decompress it first (zstd -d) - "
+                           "zstd reading is not supported yet",)
+    for magic, what in _IMAGES:
+        if head.startswith(magic):
+            return "unknown", (f"{relpath}: {what}, not a log; skipped",)
+    from forensics.inputs.reader import detect_encoding
+    encoding = detect_encoding(head)
+    text = head.decode(encoding, errors="replace") if encoding != "utf-8" else head.decode("utf-8", errors="replace")
+    if _looks_binary(text):
+        return "unknown", (f"{relpath}: binary data of unknown format; skipped",)
+    start = text.lstrip("\ufeff \t\r\n")[:4096]
+    if start.startswith("<?xml") and "<ComputeSanitizerOutput" in start or start.startswith("<ComputeSanitizerOutput"):
+        return "compute-sanitizer-xml", ()
+    return "text", ()
+
+
+_IMAGES = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+           (b"%PDF", "a PDF document"), (b"RIFF", "a media file"))
+
+
+def _looks_binary(text: str) -> bool:
+    """Mostly control characters or undecodable bytes: not a log (a few are tolerated)."""
+    sample = text[:16384]
+    bad = sum(1 for ch in sample if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\x1b\x0c"))
+    return bad > max(8, len(sample) // 10)

@@ -1,0 +1,402 @@
+"""compute-sanitizer text reports -> collapsed findings (grammars/compute_sanitizer.lark).
+
+The tool can print a million identical reports (one per faulting thread).  Reports are
+grouped per file by what makes them the same bug - kind, headline, kernel+PC - and
+collapsed into one finding with a count and the ranges of threads, blocks and
+addresses.  Only the first report of each group goes through the Lark parser; the
+others contribute their thread/block/address, read with the grammar's own terminal
+patterns, so memory and time stay flat in the number of repeats.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+
+from lark import Transformer
+from lark.exceptions import LarkError
+
+from forensics import grammar, knowledge, names
+from forensics.events import Event, Kind, Severity, freeze
+
+MARKER = "========="
+
+
+def is_sanitizer_line(text: str, seen: bool) -> bool:
+    """A compute-sanitizer line: the marker and a space, or the bare marker once a report
+    is under way.  A line of more "=" (a launcher's separator, nvidia-smi's banner) is not."""
+    if text.startswith("========= "):
+        return True
+    return seen and text.rstrip() == MARKER
+TOOL_OF = {"access": "memcheck", "api_error": "memcheck", "warp_assert": "memcheck", "leak": "memcheck",
+           "uninit": "initcheck", "barrier": "synccheck", "race": "racecheck", "hazard": "racecheck"}
+FINDING_KINDS = {"access", "uninit", "barrier", "warp_assert", "race", "hazard"}
+
+
+@dataclass
+class Report:
+    """One parsed report (before collapsing)."""
+
+    kind: str                       # access | api_error | race | ... (grammar rule name)
+    headline: str
+    at: str | None = None           # "kernel+0x140 in file.cu:26"
+    thread: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    address: str | None = None
+    address_note: str | None = None  # "is out of bounds" / "is misaligned"
+    nearest: str | None = None
+    details: list[str] = field(default_factory=list)
+    frames: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Finding:
+    """Reports collapsed: the first one, how many, and the ranges they covered."""
+
+    first: Report
+    first_line: int
+    count: int = 0
+    threads: set = field(default_factory=set)
+    blocks: set = field(default_factory=set)
+    addresses: list = field(default_factory=list)   # [min, max] as ints
+    lines: list[int] = field(default_factory=list)  # a few line numbers
+
+    def add(self, report_thread, report_block, address, lineno) -> None:
+        self.count += 1
+        if report_thread is not None and len(self.threads) < 4096:
+            self.threads.add(report_thread)
+        if report_block is not None and len(self.blocks) < 4096:
+            self.blocks.add(report_block)
+        if address:
+            value = int(address, 16)
+            if not self.addresses:
+                self.addresses = [value, value]
+            else:
+                self.addresses = [min(self.addresses[0], value), max(self.addresses[1], value)]
+        if len(self.lines) < 5:
+            self.lines.append(lineno)
+
+
+class _ToReport(Transformer):
+    def start(self, items):
+        return items[0]
+
+    def _report(self, kind, items):
+        report = Report(kind=kind, headline=str(items[0]).strip())
+        for item in items[1:]:
+            if isinstance(item, tuple):
+                key, value = item
+                if key == "frames":
+                    report.frames.extend(value)
+                elif key == "by":
+                    report.thread, report.block = value
+                elif key == "address":
+                    report.address, report.address_note = value
+                else:
+                    setattr(report, key, value)
+            else:
+                report.details.append(str(item).strip())
+        return report
+
+    def __default__(self, data, children, meta):
+        data = str(data)
+        if data in ("access", "uninit", "barrier", "warp_assert", "api_error", "race", "hazard",
+                    "leak", "summary", "session", "other"):
+            return self._report(data, children)
+        return super().__default__(data, children, meta)
+
+    def at_line(self, items):
+        return ("at", str(items[0]).strip()[3:])
+
+    def by_line(self, items):
+        return ("by", _thread_block(str(items[0])))
+
+    def address_line(self, items):
+        return ("address", _address(str(items[0])))
+
+    def nearest_line(self, items):
+        return ("nearest", str(items[0]).strip())
+
+    def backtrace(self, items):
+        return ("frames", [f for f in items if isinstance(f, str)])
+
+    def frame(self, items):
+        text = str(items[0]).strip()
+        if len(items) > 1:
+            text += " " + str(items[1]).strip()
+        return text.replace("Host Frame:", "").replace("Device Frame:", "device:").strip()
+
+
+@functools.lru_cache(maxsize=None)
+def _terminal(name: str) -> re.Pattern:
+    """A terminal's regex from the grammar itself, for the fast path."""
+    parser = grammar.load("compute_sanitizer")
+    term = next(t for t in parser.terminals if t.name == name)
+    return re.compile(term.pattern.to_regexp())
+
+
+def _thread_block(line: str):
+    m = _terminal("BY_LINE").match(line if line.endswith("\n") else line + "\n")
+    if not m:
+        return None, None
+    nums = tuple(int(g) for g in m.groups()[:6])
+    return nums[:3], nums[3:]
+
+
+def _address(line: str):
+    m = _terminal("ADDRESS_LINE").match(line if line.endswith("\n") else line + "\n")
+    if not m:
+        return None, None
+    return m.group(2), (m.group(3) or "").strip() or None
+
+
+def parse_report(lines: list[str]) -> Report | None:
+    text = "".join(line + "\n" for line in lines)
+    try:
+        return _ToReport().transform(grammar.load("compute_sanitizer").parse(text))
+    except LarkError:
+        return None
+
+
+class SanitizerAssembler:
+    """Collects one file's sanitizer lines into reports and collapses them."""
+
+    def __init__(self, relpath: str) -> None:
+        self.relpath = relpath
+        self.current: list[str] = []
+        self.current_lines: list[int] = []
+        self.findings: dict[tuple, Finding] = {}
+        self.order: list[tuple] = []
+        self.session: dict[str, list[str]] = {}
+        self.summary: list[str] = []
+        self.unparsed: list[tuple[int, str]] = []
+        self.problems: list[str] = []
+        self.report_lines = 0      # lines of findings and summaries (become events)
+        self.noise_lines = 0       # bare markers and the session header block
+
+    def feed(self, lineno: int, line: str) -> None:
+        payload = line[len(MARKER):]
+        if not payload.strip():
+            self.noise_lines += 1
+            self._close()
+            return
+        if payload.startswith(" ") and not payload.startswith("  ") and self.current and \
+                not _continues(self.current, payload):
+            self._close()
+        self.current.append(payload)
+        self.current_lines.append(lineno)
+
+    def feed_repeat(self, report: bytes, lineno: int) -> bool:
+        """The fast path for a long log: one whole report (marker lines, terminator
+        excluded) taken at once when it repeats a report already parsed; False when it
+        is new (the caller then feeds its lines one by one, through the grammar)."""
+        first = report.find(b"\n")
+        second_end = report.find(b"\n", first + 1)
+        head = report[:first].decode("utf-8", "replace")
+        second = report[first + 1:second_end if second_end > 0 else len(report)].decode("utf-8", "replace")
+        if not head.startswith(MARKER) or not second.startswith(MARKER):
+            return False
+        key = _collapse_key([head[len(MARKER):], second[len(MARKER):]])
+        finding = self.findings.get(key)
+        if finding is None or self.current:
+            return False
+        by = _BY.search(report)
+        address = _ADDR.search(report)
+        finding.add(tuple(map(int, by.groups()[:3])) if by else None,
+                    tuple(map(int, by.groups()[3:])) if by else None,
+                    address.group(1).decode() if address else None, lineno)
+        self.report_lines += report.count(b"\n") + 1
+        return True
+
+    def flush(self) -> None:
+        self._close()
+        for text in self.summary:
+            if "were not printed" in text:
+                self.problems.append(f"compute-sanitizer hit its --print-limit: {text.split(': ', 1)[-1]} "
+                                     "(findings and counts cover the printed reports only)")
+        if (self.session or self.findings) and not any("SUMMARY" in s for s in self.summary):
+            self.problems.append("compute-sanitizer output ends before its ERROR SUMMARY: cut short "
+                                 "(the findings before the cut are used; counts may be incomplete)")
+
+    def _close(self) -> None:
+        if not self.current:
+            return
+        lines, linenos = self.current, self.current_lines
+        self.current, self.current_lines = [], []
+        key_head = _collapse_key(lines)
+        cached = self.findings.get(key_head)
+        if cached is not None:
+            thread = block = address = None
+            for text in lines[1:4]:
+                if text.startswith("     by thread"):
+                    thread, block = _thread_block(text)
+                elif text.startswith(("     Access to", "     Address")):
+                    address = _address(text)[0]
+            cached.add(thread, block, address, linenos[0])
+            self.report_lines += len(lines)
+            return
+        report = parse_report(lines)
+        if report is None:
+            self.unparsed.extend(zip(linenos, lines))
+            return
+        if report.kind == "session":
+            self.noise_lines += len(lines)
+            for text in report.details + [report.headline]:
+                key, _, value = text.partition(":")
+                self.session.setdefault(key.strip(), []).append(value.strip())
+            return
+        self.report_lines += len(lines)
+        if report.kind == "summary":
+            self.summary.extend([report.headline] + report.details)
+            return
+        finding = Finding(first=report, first_line=linenos[0])
+        finding.add(report.thread, report.block, report.address, linenos[0])
+        self.findings[key_head] = finding
+        self.order.append(key_head)
+
+    # --- events -----------------------------------------------------------------------
+
+    def events(self, start_seq: int) -> list[Event]:
+        pids = [int(p) for p in self.session.get("Process ID", []) if p.isdigit()]
+        pid = pids[0] if len(pids) == 1 else None
+        out = []
+        seq = start_seq
+        for key in self.order:
+            finding = self.findings[key]
+            seq += 1
+            out.append(_finding_event(finding, self.relpath, seq, pid, pids))
+        for text in self.summary:
+            seq += 1
+            out.append(Event(kind=Kind.SANITIZER, message=text, source=self.relpath, line=0, seq=seq,
+                             severity=Severity.INFO, pid=pid,
+                             attrs=freeze({"report": "summary", "processes": pids})))
+        return out
+
+
+# The same shapes as the grammar's BY_LINE / ADDRESS_LINE terminals, on bytes, for the
+# fast path over repeated reports.
+_BY = re.compile(rb"by thread \((\d+),(\d+),(\d+)\) in block \((\d+),(\d+),(\d+)\)")
+_ADDR = re.compile(rb"(?:Access to|Address) (0x[0-9a-fA-F]+)")
+_VARYING = re.compile(r"0x[0-9a-fA-F]+|\(\d+,\d+,\d+\)")
+
+
+def _collapse_key(lines: list[str]) -> tuple:
+    """What makes two reports the same bug: the headline and the first detail line, with
+    addresses and thread/block coordinates (which vary per report) blanked out - except
+    a memcheck "at kernel+0xPC" line, whose PC offset is part of the identity."""
+    head = lines[0].strip()
+    second = lines[1].strip() if len(lines) > 1 else ""
+    if second.startswith("at "):
+        return (_VARYING.sub("#", head), second)
+    return (_VARYING.sub("#", head), _VARYING.sub("#", second))
+
+
+_HEADLINES = ("INVALID_HEAD", "UNINIT_HEAD", "BARRIER_HEAD", "ASSERT_HEAD", "PROGRAM_HIT", "RACE_HEAD",
+              "HAZARD_HEAD", "LEAK_HEAD", "SUMMARY_LINE")
+
+
+def _continues(current: list[str], payload: str) -> bool:
+    """A 1-space line that belongs to the report in progress (the session header block:
+    "Process ID: N", "Created: ..." under "COMPUTE-SANITIZER")."""
+    if not _terminal("SESSION_LINE").match(current[0] + "\n"):
+        return False
+    line = payload + "\n"
+    return bool(_terminal("SESSION_LINE").match(line)) and \
+        not any(_terminal(name).match(line) for name in _HEADLINES)
+
+
+def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pids: list[int]) -> Event:
+    r = finding.first
+    attrs: dict = {"report": r.kind, "tool": TOOL_OF.get(r.kind, "compute-sanitizer"), "count": finding.count,
+                   "fault": r.headline, "processes_in_log": pids, "first_lines": finding.lines}
+    if r.at:
+        kernel_sig, pc, location = _split_at(r.at)
+        attrs.update(kernel_signature=kernel_sig, kernel=_plain_kernel(kernel_sig), pc_offset=pc,
+                     kernel_source=location)
+    if r.kind == "hazard" and r.details:
+        site = r.details[0].split(" at ", 1)[1] if " at " in r.details[0] else ""
+        kernel_sig, pc, location = _split_at(site)
+        attrs.update(kernel_signature=kernel_sig, kernel=_plain_kernel(kernel_sig), pc_offset=pc,
+                     kernel_source=location, accesses=r.details[:2])
+    if r.kind == "warp_assert" and (r.at or "").startswith("__assertfail"):
+        # the assert fired in a device function; the launched kernel is the host stub frame
+        stub = next((f.split(" in ")[0] for f in r.frames if not f.startswith(("main ", "device:"))), None)
+        if stub:
+            attrs.update(kernel_signature=stub, kernel=_plain_kernel(stub))
+    if r.kind == "race":
+        first_site = r.headline.split(" access at ", 1)[1] if " access at " in r.headline else ""
+        kernel_sig, pc, location = _split_at(first_site)
+        attrs.update(kernel_signature=kernel_sig, kernel=_plain_kernel(kernel_sig), pc_offset=pc,
+                     kernel_source=location, accesses=[r.headline] + r.details)
+        hazards = re.findall(r"\[(\d+) hazards?\]", " ".join(r.details))
+        attrs["hazards"] = sum(int(h) for h in hazards) if hazards else None
+    if r.address:
+        attrs["address"] = r.address
+        attrs["address_note"] = r.address_note
+    if r.nearest:
+        attrs["nearest_allocation"] = r.nearest
+    if finding.threads:
+        attrs["threads"] = _range(finding.threads)
+    if finding.blocks:
+        attrs["blocks"] = _range(finding.blocks)
+    if finding.addresses:
+        attrs["address_range"] = [hex(finding.addresses[0]), hex(finding.addresses[1])]
+    if r.frames:
+        attrs["host_frames"] = r.frames[:40]
+        # the innermost frame with a source location: where the kernel was launched from
+        sites = (f.split(" [")[0] for f in r.frames if re.search(r" in \S+:\d+", f)
+                 and not _LAUNCH_PLUMBING.search(f) and f.split(" in ")[0] != attrs.get("kernel"))
+        attrs["launch_site"] = next(sites, None)
+    if r.kind == "api_error":
+        m = re.search(r"Program hit (\w+) \(error (\d+)\) due to \"([^\"]*)\" on CUDA API call to (\w+)", r.headline)
+        if m:
+            err = knowledge.find_cuda_error(m.group(1)) or knowledge.find_cuda_error(f"(error {m.group(2)})")
+            attrs.update(api=m.group(4), error_name=m.group(1), error_code=int(m.group(2)))
+            if err:
+                attrs["cuda_error"] = err
+    severity = Severity.ERROR
+    if r.kind == "api_error" and attrs.get("cuda_error") is not None and not attrs["cuda_error"].sticky:
+        severity = Severity.INFO    # e.g. cuGetProcAddress probing: benign noise
+    if r.kind in ("other", "leak"):
+        severity = Severity.WARNING
+    count = f" (x{finding.count})" if finding.count > 1 else ""
+    where = f" at {r.at}" if r.at else ""
+    return Event(kind=Kind.SANITIZER, message=f"{r.headline}{where}{count}", source=relpath,
+                 line=finding.first_line, seq=seq, severity=severity, pid=pid, attrs=freeze(attrs))
+
+
+# Frames of the CUDA runtime's own launch path (full XML stacks carry them).
+_LAUNCH_PLUMBING = re.compile(r"__cudaLaunch|__device_stub|cudafe1|device_functions\.h|/cuda[^/]*/(targets|include)/")
+
+_AT = re.compile(r"^(?P<func>.*?)\+(?P<pc>0x[0-9a-fA-F]+)(?: in (?P<loc>\S+))?$|"
+                 r"^(?P<pc2>0x[0-9a-fA-F]+) in (?P<func2>.*)$")
+
+
+def _split_at(text: str) -> tuple[str, str | None, str | None]:
+    """'kernel(args)+0x140 in file.cu:26' -> (kernel(args), 0x140, file.cu:26)."""
+    text = re.sub(r" \[\d+ hazards?\]$", "", text.strip())
+    m = _AT.match(text)
+    if not m:
+        return text, None, None
+    if m.group("func") is not None:
+        return m.group("func"), m.group("pc"), m.group("loc")
+    func = m.group("func2")
+    loc = None
+    old = _OLD_LOCATION.match(func)                       # CUDA-MEMCHECK "path.cu:75:void ns::k<...>(...)"
+    if old:
+        loc, func = f"{old.group(1)}:{old.group(2)}", old.group(3)
+    return func, m.group("pc2"), loc
+
+
+_OLD_LOCATION = re.compile(r"^([^\s():<>]+\.(?:cu|cuh|cpp|cc|c|h|hpp)):(\d+):(.*)$")
+
+
+def _plain_kernel(signature: str) -> str:
+    """Kernel name without return type or parameter list (template arguments kept)."""
+    return names.plain(signature)
+
+
+def _range(values: set) -> dict:
+    ordered = sorted(values)
+    return {"first": list(ordered[0]), "last": list(ordered[-1]), "distinct": len(values)}

@@ -1,0 +1,95 @@
+"""compute-sanitizer XML (``--xml --save FILE``) -> the same collapsed findings as the
+text form.  Streamed with ``xml.etree.ElementTree.iterparse``: each <record> is read and
+dropped, so a file of a million records needs no more memory than one.
+"""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+
+from forensics.parsers.base import ParsedSource
+from forensics.parsers.sanitizer.text import Finding, Report, _finding_event
+from forensics.inputs.sources import Source
+
+
+def _text(node, path: str, default=None):
+    found = node.find(path)
+    return found.text.strip() if found is not None and found.text else default
+
+
+def _xyz(node, path: str):
+    found = node.find(path)
+    if found is None:
+        return None
+    try:
+        return tuple(int(_text(found, axis, "0")) for axis in ("x", "y", "z"))
+    except ValueError:
+        return None
+
+
+def record_to_report(record) -> Report:
+    what = record.find("what")
+    kind = _text(record, "kind", "")
+    text = _text(what, "text", "") if what is not None else ""
+    if what is not None and what.find("api") is not None:
+        report_kind = "api_error"
+        headline = (f"Program hit {_text(what, 'error')} (error {_text(what, 'result')}) due to "
+                    f"\"{_text(what, 'message')}\" on CUDA API call to {_text(what, 'api')}.")
+    elif kind == "Analysis" or "race" in text.lower():
+        report_kind = "race"
+        headline = text
+    elif what is not None and what.find("space") is not None:
+        report_kind = "access"
+        headline = f"Invalid {_text(what, 'space')} {_text(what, 'direction')} of size {_text(what, 'size')} bytes"
+    else:
+        report_kind = "other"
+        headline = text or kind
+    where = record.find("where")
+    at = None
+    if where is not None and _text(where, "func"):
+        at = f"{_text(where, 'func')}+{_text(where, 'pc', '0x0')}"
+        if _text(where, "path"):
+            at += f" in {os.path.basename(_text(where, 'path'))}:{_text(where, 'line', '0')}"
+    report = Report(kind=report_kind, headline=headline, at=at,
+                    thread=_xyz(record, "who/threadIdx"), block=_xyz(record, "who/blockIdx"))
+    if what is not None and _text(what, "address"):
+        report.address = _text(what, "address")
+        report.address_note = f"is {_text(what, 'error')}" if _text(what, "error") else None
+    for frame in record.iterfind("hostStack/frame"):
+        func = _text(frame, "func", "")
+        loc = f" in {os.path.basename(_text(frame, 'path'))}:{_text(frame, 'line')}" if _text(frame, "path") else ""
+        report.frames.append(f"{func}{loc} [{_text(frame, 'pc', '')}] in {os.path.basename(_text(frame, 'module', ''))}".strip())
+    return report
+
+
+class SanitizerXmlParser:
+    def parse(self, source: Source) -> ParsedSource:
+        out = ParsedSource(source.relpath, "compute-sanitizer-xml", lines=None, unparsed_lines=None)
+        findings: dict[tuple, Finding] = {}
+        order: list[tuple] = []
+        records = 0
+        try:
+            with source.open_binary() as stream:
+                for _, element in ET.iterparse(stream, events=("end",)):
+                    if element.tag != "record":
+                        continue
+                    records += 1
+                    report = record_to_report(element)
+                    element.clear()
+                    key = (report.kind, report.headline, report.at)
+                    finding = findings.get(key)
+                    if finding is None:
+                        finding = findings[key] = Finding(first=report, first_line=0)
+                        order.append(key)
+                    finding.add(report.thread, report.block, report.address, records)
+        except ET.ParseError as exc:
+            out.problems.append(f"{source.relpath}: XML cut short or malformed after {records} records ({exc}); "
+                                "the records before it are used")
+        # XML records have no line numbers: the record index stands in ("first_lines").
+        for seq, key in enumerate(order, 1):
+            out.events.append(_finding_event(findings[key], source.relpath, seq, None, []))
+        if not records and not out.problems:
+            out.problems.append(f"{source.relpath}: compute-sanitizer XML without any <record>")
+        return out
+

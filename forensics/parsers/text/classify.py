@@ -1,0 +1,117 @@
+"""What kind of event a message or a traceback is: the message catalogue and the CUDA
+error forms applied in one place, so that a line and a traceback saying the same thing
+become the same kind of event.
+
+Relays keep their kind even when they quote a CUDA error ("Worker failed with error
+'CUDA error: ...'" is the engine noticing a worker's failure, not its own); the quoted
+error rides along as an attribute.
+"""
+
+from __future__ import annotations
+
+import re
+
+from forensics import knowledge
+from forensics.events import RELAY, Kind, PyException, Severity
+from forensics.parsers.text import messages
+from forensics.parsers.text.native import error_attrs
+
+# Cheap test before the CUDA error forms run on a line.
+_CUDA_HINT = re.compile(r"CUDA|cuda|CUBLAS|CUDNN|NCCL|nccl|Cuda|illegal memory|device-side assert|"
+                        r"misaligned address|launch failure|out of memory|Xid")
+# an exception type that is itself a launcher's or a runtime's relay
+_RELAY_TYPES = {"ChildFailedError": Kind.CHILD_FAILED, "EngineDeadError": Kind.ENGINE_DEAD,
+                "AsyncEngineDeadError": Kind.ENGINE_DEAD, "MQEngineDeadError": Kind.ENGINE_DEAD,
+                "EngineGenerateError": Kind.ENGINE_DEAD, "RayActorError": Kind.WORKER_DIED,
+                "ActorDiedError": Kind.WORKER_DIED, "ActorUnavailableError": Kind.WORKER_DIED,
+                "WorkerCrashedError": Kind.WORKER_DIED, "BrokenProcessPool": Kind.WORKER_DIED,
+                "DistNetworkError": Kind.PEER_FAILURE, "KeyboardInterrupt": Kind.SIGNAL_RECEIVED,
+                "SystemExit": Kind.SIGNAL_RECEIVED, "CancelledError": Kind.SIGNAL_RECEIVED}
+
+
+# c10's "Exception raised from <function> at <file>:<line> (most recent call first):"
+_RAISED_FROM = re.compile(r"Exception raised from (?P<function>\S+) at (?P<file>[^\s:]+):(?P<line>\d+)")
+
+
+def cuda_error(text: str) -> knowledge.ErrorMatch | None:
+    if not _CUDA_HINT.search(text):
+        return None
+    return knowledge.find_cuda_error(text)
+
+
+def message_kind(message: str, level: str | None):
+    """(kind, severity, attrs, traffic template or None) for one message, or None when
+    the catalogue and the error forms say nothing about it."""
+    found = messages.classify(message)
+    err = cuda_error(message)
+    if found is not None:
+        entry = found.entry
+        if entry.traffic:
+            return None, None, found.fields, entry.id
+        kind = Kind(entry.kind)
+        attrs = {**found.fields, "message_id": entry.id}
+        phase = messages.entry_phase(entry.id)
+        if phase:
+            attrs["phase_marker"] = phase
+        if err is not None:
+            attrs.update(error_attrs(err))
+            if kind in (Kind.NCCL, Kind.LOG):
+                kind = _error_kind(err)
+        severity = Severity.from_level(entry.severity or level)
+        return kind, severity, attrs, None
+    if err is not None:
+        return _error_kind(err), Severity.ERROR, error_attrs(err), None
+    return None
+
+
+def _error_kind(err: knowledge.ErrorMatch) -> Kind:
+    return Kind.OOM if err.error.name == "CUDA_ERROR_OUT_OF_MEMORY" else Kind.CUDA_ERROR
+
+
+def traceback_event(chain: tuple[PyException, ...], nlines: int, make):
+    """One event for an exception chain: a relay when its final exception relays another
+    process's failure; a CUDA error (or out of memory) when an exception of the chain
+    carries one; else an exception of the process's own."""
+    final = chain[-1]
+    if final.cut and not final.type:
+        where = ""
+        if final.frames:
+            where = f" in {final.frames[-1].function or final.frames[-1].file}"
+        headline = f"traceback cut off after {len(final.frames)} frame(s){where}: the exception line is missing"
+    else:
+        first = final.message.splitlines()[0] if final.message else ""
+        headline = f"{final.type}: {first}" if first else final.type
+    attrs = {"chain": chain, "exception_type": final.type, "exception_message": final.message,
+             "lines": nlines, "unraisable": any(e.unraisable_in for e in chain),
+             "unraisable_in": next((e.unraisable_in for e in chain if e.unraisable_in), None),
+             "header_missing": chain[0].header_missing, "cut": final.cut}
+    carrier, err = None, None
+    for exc in reversed(chain):
+        err = cuda_error(f"{exc.type}: {exc.message}")
+        if err is not None:
+            carrier = exc
+            break
+    raised = _RAISED_FROM.search(final.message) if "Exception raised from" in final.message else None
+    if raised:
+        attrs.update(raised_function=raised.group("function"), raised_file=raised.group("file"),
+                     raised_line=int(raised.group("line")))
+    if err is not None:
+        attrs.update(error_attrs(err))
+        attrs["error_exception"] = f"{carrier.type}: {carrier.message.splitlines()[0] if carrier.message else ''}"
+    short_type = final.type.rsplit(".", 1)[-1].split("(")[0]
+    found = messages.classify(headline) if final.type else None
+    kind: Kind
+    if short_type in _RELAY_TYPES:
+        kind = _RELAY_TYPES[short_type]
+    elif found is not None and Kind(found.entry.kind) in RELAY and not (Kind(found.entry.kind) == Kind.NCCL and err):
+        kind = Kind(found.entry.kind)
+        attrs.update({k: v for k, v in found.fields.items() if k not in attrs})
+        attrs["message_id"] = found.entry.id
+    elif err is not None:
+        kind = _error_kind(err)
+    elif short_type.endswith("OutOfMemoryError") or "out of memory" in final.message.lower():
+        kind = Kind.OOM
+    else:
+        kind = Kind.EXCEPTION
+    severity = Severity.WARNING if kind == Kind.SIGNAL_RECEIVED else Severity.ERROR
+    return make(kind, headline, severity, attrs)

@@ -1,0 +1,158 @@
+"""Whole-process stack dumps: CPython faulthandler (segfaults, aborts, timeouts) and
+`py-spy dump` (hangs).  Grammars: grammars/python_faulthandler.lark, grammars/py_spy.lark.
+
+Both are written straight to a file descriptor, so a block runs from its first line for
+as long as lines keep the block's shape.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lark import Transformer, v_args
+from lark.exceptions import LarkError
+
+from forensics import grammar
+from forensics.events import Frame, Kind, Severity
+from forensics.parsers.text.block import BlockResult, unparsable
+
+FAULTHANDLER_START = re.compile(r"(?:Fatal Python error: |Windows fatal exception: |Timeout \([\d:.]+\)!$)")
+FAULTHANDLER_CONTINUES = re.compile(r'(?:Thread 0x|Current thread 0x|\s+File "|\s+<no Python frame>|\s+\.\.\.$|Extension modules: |\s*$)')
+PYSPY_START = re.compile(r"Process \d+: \S")
+PYSPY_CONTINUES = re.compile(r"(?:Python v|Parent Process \d+|Thread (?:\d+|0x[0-9A-Fa-f]+) \(|    |\s*$)")
+
+
+@v_args(inline=True)
+class _Faulthandler(Transformer):
+    def start(self, *items):
+        head = next((i for i in items if isinstance(i, tuple) and i[0] in ("fatal", "timeout")), None)
+        threads = [i for i in items if isinstance(i, dict)]
+        return head, threads
+
+    def fatal(self, what):
+        return ("fatal", str(what).strip())
+
+    def timeout(self, duration):
+        return ("timeout", str(duration))
+
+    def thread(self, *items):
+        current = any(getattr(i, "type", None) == "CURRENT" for i in items)
+        ident = next(str(i) for i in items if getattr(i, "type", None) == "THREAD_ID")
+        frames = tuple(i for i in items if isinstance(i, Frame))
+        return {"thread": ident, "current": current, "frames": frames}
+
+    def frame(self, path, lineno, func):
+        return Frame(str(path), int(lineno), str(func).strip())
+
+    def extensions(self, rest):
+        return None
+
+
+@v_args(inline=True)
+class _PySpy(Transformer):
+    def start(self, process, *rest):
+        threads = [r for r in rest if isinstance(r, dict)]
+        return process, threads
+
+    def process(self, pid, command):
+        return (int(pid), str(command))
+
+    def parent(self, pid, command):
+        return None
+
+    def python(self, version):
+        return None
+
+    def thread(self, ident, state, *rest):
+        name = next((str(r)[2:].strip('"') for r in rest if getattr(r, "type", None) == "THREAD_NAME"), None)
+        frames = tuple(r for r in rest if isinstance(r, Frame))
+        return {"thread": str(ident), "state": str(state), "name": name, "frames": frames}
+
+    def frame(self, func, file, *rest):
+        lineno = next((int(r) for r in rest if getattr(r, "type", None) == "LINENO"), None)
+        return Frame(str(file), lineno, str(func).strip())
+
+    def var(self, _line):
+        return None
+
+
+class DumpBlock:
+    """An open faulthandler or py-spy block of one stream."""
+
+    def __init__(self, format_name: str, continues: re.Pattern) -> None:
+        self.format = format_name
+        self._continues = continues
+        self.lines: list[str] = []
+        self.linenos: list[int] = []
+
+    def accepts(self, text: str, lineno: int, header) -> bool:
+        if self.lines and not self._continues.match(text):
+            return False
+        self.lines.append(text)
+        self.linenos.append(lineno)
+        return True
+
+    def close(self, make) -> BlockResult:
+        text = "".join(line.rstrip() + "\n" for line in self.lines if line.strip())
+        pairs = [(n, t) for n, t in zip(self.linenos, self.lines) if t.strip()]
+        blank = [n for n, t in zip(self.linenos, self.lines) if not t.strip()]
+        try:
+            if self.format == "faulthandler":
+                head, threads = grammar.transforming("python_faulthandler", _Faulthandler()).parse(text)
+                event = _faulthandler_event(head, threads, make)
+            else:
+                process, threads = grammar.transforming("py_spy", _PySpy()).parse(text)
+                event = _pyspy_event(process, threads, make)
+        except (LarkError, ValueError, TypeError, StopIteration):
+            return unparsable(self.linenos, self.lines, f"a {self.format} dump")
+        return BlockResult([event], [n for n, _ in pairs] + blank)
+
+
+def start(text: str) -> DumpBlock | None:
+    if FAULTHANDLER_START.match(text):
+        return DumpBlock("faulthandler", FAULTHANDLER_CONTINUES)
+    if PYSPY_START.match(text):
+        return DumpBlock("py-spy", PYSPY_CONTINUES)
+    return None
+
+
+def _innermost_own(frames: tuple[Frame, ...]) -> Frame:
+    """faulthandler lists the innermost frame first; skip the standard library."""
+    for frame in frames:
+        if "/lib/python3" not in frame.file or "site-packages" in frame.file or "dist-packages" in frame.file:
+            return frame
+    return frames[0]
+
+
+def _faulthandler_event(head, threads, make):
+    kind_of_head, what = head if head else ("fatal", "")
+    current = next((t for t in threads if t["current"]), threads[0] if threads else None)
+    where = ""
+    top = None
+    if current and current["frames"]:
+        top = _innermost_own(current["frames"])
+        where = f" in {top.function} ({top.file}:{top.line})"
+    attrs = {"threads": threads, "tool": "faulthandler", "current_thread": current,
+             "crash_frame": top}
+    if kind_of_head == "timeout":
+        return make(Kind.STACK_DUMP, f"faulthandler stack dump after a {what} timeout{where}",
+                    Severity.WARNING, {**attrs, "timeout": what})
+    signal = _signal_of(what)
+    return make(Kind.FATAL_SIGNAL, f"Fatal Python error: {what}{where}", Severity.CRITICAL,
+                {**attrs, "signal_text": what, "signal_name": signal})
+
+
+_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+            "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+
+
+def _signal_of(text: str) -> str | None:
+    return next((name for words, name in _SIGNALS.items() if text.startswith(words)), None)
+
+
+def _pyspy_event(process, threads, make):
+    pid, command = process
+    main = threads[0] if threads else None
+    top = f" - {main['thread']} in {main['frames'][0].function}" if main and main["frames"] else ""
+    return make(Kind.STACK_DUMP, f"py-spy dump of pid {pid}{top}", Severity.INFO,
+                {"command": command, "threads": threads, "tool": "py-spy", "subject_pid": pid})

@@ -1,0 +1,411 @@
+"""Text inputs of any kind: consoles, per-rank logs, pastes, kernel logs, tool output.
+
+Each physical line goes through the normaliser (wrappers off, envelope kept), then its
+record header is parsed (the line formats of ``lines.py``), then, per stream (one
+writer: a container, a process, a rank), the format registry decides what it is:
+a line of an open block (a traceback, a stack dump, a native crash, a launcher
+summary), the first line of a new block, a compute-sanitizer or cuda-gdb line, a
+message the catalogue knows, ordinary traffic (counted per template), known noise, or
+unparsed.  Nothing is dropped without being counted.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from datetime import datetime
+from typing import Iterator
+
+from forensics import knowledge
+from forensics.events import Event, Kind, Severity, freeze
+from forensics.inputs.normalise import Line, Normaliser
+from forensics.inputs.reader import ReadStats, iter_lines
+from forensics.inputs.sources import SNIFF_BYTES, Source
+from forensics.parsers import registry, scan
+from forensics.parsers.base import ParsedSource, Traffic, dominant_kind
+from forensics.parsers.sanitizer.text import SanitizerAssembler, is_sanitizer_line
+from forensics.parsers.text import classify
+from forensics.parsers.text.block import BlockResult
+from forensics.parsers.text.cuda_gdb import CudaGdbCollector
+from forensics.parsers.text.lines import LineParser, Record, Stamp
+
+# Inputs at least this large (decompressed, as far as the listing knows) take the fast
+# path (scan.py): only lines near an anchor are parsed, the rest counted.
+FAST_PATH_BYTES = 8 << 20
+TRAFFIC_EXAMPLES = 2
+TB_AT_END = "Traceback (most recent call last):"
+_CONTINUES = tuple(knowledge.message_continuations())
+_RAISED = re.compile(r"Exception raised from (?P<function>\S+) at (?P<file>[^\s:]+):(?P<line>\d+)")
+
+
+@functools.lru_cache(maxsize=None)
+def _rank_hints() -> tuple[re.Pattern, ...]:
+    return tuple(re.compile(h["pattern"]) for h in knowledge.load("processes").get("rank_hint", []))
+
+
+@functools.lru_cache(maxsize=None)
+def _noise() -> tuple[re.Pattern, ...]:
+    return tuple(p for _, p in knowledge.noise_patterns())
+
+
+def is_noise(text: str) -> bool:
+    return any(p.search(text) for p in _noise())
+
+
+class EventFactory:
+    """Builds the events of one input: numbering, envelope and record header applied."""
+
+    def __init__(self, relpath: str) -> None:
+        self.relpath = relpath
+        self.seq = 0
+        self.line: Line | None = None
+        self.record: Record | None = None
+
+    def at(self, line: Line, record: Record) -> "EventFactory":
+        self.line, self.record = line, record
+        return self
+
+    def __call__(self, kind: Kind, message: str, severity: Severity, attrs: dict) -> Event:
+        self.seq += 1
+        line, rec = self.line, self.record
+        env = line.env
+        attrs = dict(attrs)
+        if rec is not None:
+            if rec.stamp is not None:
+                attrs.setdefault("stamp", rec.stamp)
+            if rec.level:
+                attrs.setdefault("level", rec.level)
+            if rec.fileinfo:
+                attrs.setdefault("logged_at", f"{rec.fileinfo}:{rec.lineno}")
+            if rec.uptime is not None:
+                attrs.setdefault("uptime", rec.uptime)
+            if rec.ranks:
+                attrs.setdefault("parallel_ranks", dict(rec.ranks))
+            if rec.logger:
+                attrs.setdefault("logger", rec.logger)
+        if env.container:
+            attrs.setdefault("container", env.container)
+        if env.repeat:
+            attrs.setdefault("repeated", env.repeat)
+        rank = env.rank if env.rank is not None else (rec.rank if rec is not None else None)
+        if rank is None:
+            rank = _rank_in(message)
+        pid = env.pid if env.pid is not None else (rec.pid if rec is not None else None)
+        subject = attrs.get("subject_pid")
+        if pid is None and isinstance(subject, int) and kind in (Kind.XID, Kind.OOM, Kind.FATAL_SIGNAL,
+                                                                   Kind.STACK_DUMP):
+            pid = subject                 # a line about a process written by no process of ours
+        host = env.host or (rec.host if rec is not None else None)
+        return Event(kind=kind, message=message, source=self.relpath, line=line.lineno, severity=severity,
+                     time=env.time, pid=pid, process=env.process, rank=rank, host=host, seq=self.seq,
+                     attrs=freeze(attrs))
+
+
+def _rank_in(message: str) -> int | None:
+    if not message.startswith("["):
+        return None
+    for pattern in _rank_hints():
+        m = pattern.match(message)
+        if m:
+            return int(m.group("rank"))
+    return None
+
+
+class TextParser:
+    """Parses one text source; never raises on content (a bad line is counted)."""
+
+    def parse(self, source: Source) -> ParsedSource:
+        return _Run(source).run()
+
+
+class _Run:
+    def __init__(self, source: Source) -> None:
+        self.source = source
+        self.out = ParsedSource(source.relpath, "text", size=source.size)
+        self.make = EventFactory(source.relpath)
+        self.lines = LineParser()
+        self.norm = Normaliser()
+        self.open: dict[tuple, object] = {}
+        self.first: dict[tuple, tuple[Line, Record]] = {}
+        self.sanitizer = SanitizerAssembler(source.relpath)
+        self.sanitizer_seen = False
+        self.gdb = CudaGdbCollector()
+        self.traffic: dict[tuple, Traffic] = {}
+        self.formats: dict[str, int] = {}
+        self.stats = ReadStats()
+        self.scanner = None
+        self.last_error: int | None = None     # the last error line, whose raw continuations may follow
+
+    # -- driving ---------------------------------------------------------------------
+
+    def run(self) -> ParsedSource:
+        out = self.out
+        with self.source.open_binary() as stream:
+            for lineno, raw in self._physical(stream):
+                for line in self.norm.feed(lineno, raw):
+                    self._line(line)
+            for line in self.norm.flush():
+                self._line(line)
+        for key in list(self.open):
+            self._close(key)
+        self._finish_collectors()
+        out.traffic = sorted(self.traffic.values(), key=lambda t: -t.count)
+        out.counted_lines += sum(t.count for t in self.traffic.values())
+        if self.scanner is not None:
+            out.counted_lines += self.scanner.counted
+            out.lines += self.scanner.counted
+            self.stats.long_lines += self.scanner.long_lines
+        out.problems.extend(self.stats.describe())
+        out.formats = dict(sorted(self.formats.items(), key=lambda kv: -kv[1]))
+        out.kind = dominant_kind(self.formats)
+        out.events = resolve_times(adopt_identities(out.events), self.source.mtime)
+        return out
+
+    def _physical(self, stream) -> Iterator[tuple[int, str]]:
+        head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES] if hasattr(stream, "peek") else None
+        size = self.source.size or 0
+        if size >= FAST_PATH_BYTES and not self.source.compression and (head is None or b"\x00" not in head[:4096]):
+            self.scanner = scan.Scanner(stream, self._busy)
+            return self.scanner.lines()
+        return iter_lines(stream, self.stats, head)
+
+    def _busy(self) -> bool:
+        """True while a block is open: the scanner then hands over every line."""
+        return bool(self.open) or bool(self.sanitizer.current)
+
+    # -- one logical line -------------------------------------------------------------
+
+    def _line(self, line: Line) -> None:
+        out = self.out
+        out.lines += 1
+        rec = self.lines.parse(line.text)
+        text = rec.message
+        header = rec.header
+        key = line.env.stream_key if rec.rank is None or line.env.rank is not None else \
+            line.env.stream_key + (rec.rank,)
+
+        if is_sanitizer_line(text, self.sanitizer_seen):
+            self.sanitizer_seen = True
+            self.sanitizer.feed(line.lineno, text)
+            self._count("compute-sanitizer")
+            return
+        if self.gdb.claims(text):
+            self.gdb.feed(line.lineno, text)
+            self._count("cuda-gdb")
+            return
+
+        if self.last_error is not None and not line.env.wrappers and header is None and \
+                text.strip().startswith(_CONTINUES) and key not in self.open:
+            self._continue_error(line, text)
+            return
+
+        block = self.open.get(key)
+        if block is not None:
+            if block.accepts(text, line.lineno, header):
+                self._count(block.format)
+                return
+            self._close(key)
+        elif not line.env.wrappers and header is None:
+            # raw lines after a record that ended with a traceback header (SGLang)
+            for other_key, other in self.open.items():
+                if getattr(other, "follow_raw", False) and other.accepts_raw(text):
+                    other.accepts(text, line.lineno, None)
+                    self._count(other.format)
+                    return
+
+        if TB_AT_END in text and not text.startswith(TB_AT_END):
+            # "... Scheduler hit an exception: Traceback (most recent call last):": the
+            # message is an event of its own, the traceback follows (raw, for SGLang)
+            self._single(line, rec, text.partition(TB_AT_END)[0].rstrip(": "))
+            block = registry.start_block(TB_AT_END, header)
+            block.follow_raw = True
+            block.shared_first = True
+            block.accepts(TB_AT_END, line.lineno, header)
+            self._open(key, block, line, rec)
+            return
+
+        block = registry.start_block(text, header)
+        if block is not None and block.accepts(text, line.lineno, header):
+            self._open(key, block, line, rec)
+            self._count(block.format)
+            return
+
+        self._single(line, rec, text)
+
+    def _single(self, line: Line, rec: Record, text: str) -> None:
+        out = self.out
+        self._count(rec.format)
+        decided = classify.message_kind(text, rec.level) if text else None
+        if decided is not None:
+            kind, severity, attrs, traffic = decided
+            if traffic is not None:
+                self._traffic(line, rec, traffic, attrs)
+                return
+            out.events.append(self.make.at(line, rec)(kind, text, severity, attrs))
+            out.event_lines += 1
+            self.last_error = len(out.events) - 1 if severity >= Severity.ERROR else None
+            return
+        level = Severity.from_level(rec.level) if rec.level else None
+        if level is not None and level >= Severity.WARNING:
+            out.events.append(self.make.at(line, rec)(Kind.LOG, text, level, {}))
+            out.event_lines += 1
+        elif not text.strip() or is_noise(text):
+            out.noise_lines += 1
+        elif rec.format != "plain":
+            self._traffic(line, rec, f"{rec.format}:{rec.fileinfo or rec.logger or ''}:{rec.lineno or ''}", {})
+        else:
+            out.count_unparsed(line.lineno, line.text)
+
+    def _continue_error(self, line: Line, text: str) -> None:
+        """A raw line continuing the last error line's message (c10's advice lines,
+        "Exception raised from ...", native frames): part of that event."""
+        from dataclasses import replace
+        self.out.event_lines += 1
+        self._count("continuation")
+        m = _RAISED.match(text.strip())
+        if m:
+            event = self.out.events[self.last_error]
+            if "raised_file" not in event.attrs:
+                self.out.events[self.last_error] = replace(event, attrs=freeze({
+                    **event.attrs, "raised_function": m.group("function"), "raised_file": m.group("file"),
+                    "raised_line": int(m.group("line"))}))
+
+    def _traffic(self, line: Line, rec: Record, template: str, facts: dict) -> None:
+        env = line.env
+        key = (env.pid, env.process, env.rank if env.rank is not None else rec.rank, template)
+        entry = self.traffic.get(key)
+        if entry is None:
+            entry = self.traffic[key] = Traffic(env.process, env.pid, key[2], template, first_line=line.lineno)
+        entry.count += 1
+        entry.last_line = line.lineno
+        when = env.time
+        if when is not None:
+            entry.first = entry.first or when
+            entry.last = when
+        if len(entry.examples) < TRAFFIC_EXAMPLES:
+            entry.examples.append(line.text[:300])
+        if facts:
+            entry.facts.update({k: v for k, v in facts.items() if isinstance(v, (int, float, str))})
+
+    def _count(self, fmt: str) -> None:
+        self.formats[fmt] = self.formats.get(fmt, 0) + 1
+
+    # -- closing blocks ---------------------------------------------------------------
+
+    def _open(self, key, block, line: Line, rec: Record) -> None:
+        self.open[key] = block
+        self.first[key] = (line, rec)
+
+    def _close(self, key) -> None:
+        block = self.open.pop(key)
+        line, rec = self.first.pop(key)
+        result: BlockResult = block.close(self.make.at(line, rec))
+        if getattr(block, "shared_first", False):       # that line was counted with its message
+            if line.lineno in result.used:
+                result.used.remove(line.lineno)
+            result.unparsed = [(n, t) for n, t in result.unparsed if n != line.lineno]
+        self._account(result)
+
+    def _account(self, result: BlockResult) -> None:
+        out = self.out
+        out.events.extend(result.events)
+        out.event_lines += len(result.used)
+        out.counted_lines += result.counted
+        out.noise_lines += result.noise
+        for lineno, text in result.unparsed:
+            out.count_unparsed(lineno, text)
+        out.problems.extend(result.problems)
+
+    def _finish_collectors(self) -> None:
+        out = self.out
+        san = self.sanitizer
+        san.flush()
+        out.problems.extend(san.problems)
+        out.event_lines += san.report_lines
+        out.noise_lines += san.noise_lines
+        for lineno, text in san.unparsed:
+            out.count_unparsed(lineno, "========= " + text)
+        out.events.extend(san.events(self.make.seq + 1))
+        self.make.seq += len(san.order) + len(san.summary) + 1
+        events, problems = self.gdb.finish(self.source.relpath, self.make.seq + 1)
+        out.events.extend(events)
+        self.make.seq += len(events)
+        out.event_lines += self.gdb.event_lines
+        out.noise_lines += self.gdb.noise_lines
+        for lineno, text in self.gdb.unparsed:
+            out.count_unparsed(lineno, text)
+        out.problems.extend(problems)
+
+
+# --- identities -------------------------------------------------------------------------
+
+ADOPT_WITHIN = 6     # lines
+
+
+def adopt_identities(events: list[Event]) -> list[Event]:
+    """A failure line written raw to stderr (a native library's error, no prefix) in an
+    input whose other lines carry identities takes the identity of the failure that
+    follows it within a few lines: the same process printed both."""
+    from dataclasses import replace
+    if not any(e.pid is not None or e.rank is not None for e in events):
+        return events
+    ordered = sorted(range(len(events)), key=lambda i: events[i].line)
+    out = list(events)
+    for pos, i in enumerate(ordered):
+        e = events[i]
+        if e.pid is not None or e.rank is not None or e.process or e.kind not in (Kind.CUDA_ERROR, Kind.OOM,
+                                                                               Kind.DEVICE_ASSERT):
+            continue
+        for j in ordered[pos + 1:]:
+            nxt = events[j]
+            if nxt.line - e.line > ADOPT_WITHIN:
+                break
+            if (nxt.pid is not None or nxt.rank is not None) and nxt.severity >= Severity.ERROR:
+                out[i] = replace(e, pid=nxt.pid, rank=nxt.rank, process=nxt.process, host=nxt.host,
+                                 attrs=freeze({**e.attrs, "identity_from": nxt.where}))
+                break
+    return out
+
+
+# --- times -------------------------------------------------------------------------------
+
+def resolve_times(events: list[Event], mtime: datetime | None) -> list[Event]:
+    """Absolute times from stamps without a year: a wrapper's wall-clock time wins; else
+    the year of the file's modification time (or now); a month that goes backwards by
+    more than half a year starts a new year.  An event without a stamp of its own takes
+    the time of the last stamped event before it (marked as inferred)."""
+    from dataclasses import replace
+    # a stamp with a year in the same input (a wrapper's, another format's) says the year
+    # better than the file's modification time, which is when it was copied
+    known = next((e.time.year if e.time is not None else e.attrs["stamp"].year for e in events
+                  if e.time is not None or (e.attrs.get("stamp") is not None and e.attrs["stamp"].year)), None)
+    hint_year = known or (mtime or datetime.now()).year
+    offset = 0
+    last_month = None
+    parsed: list = []
+    for event in events:
+        stamp: Stamp | None = event.attrs.get("stamp") if event.time is None else None
+        if stamp is not None and stamp.year is None:
+            if last_month is not None and stamp.month < last_month - 6:
+                offset += 1
+            last_month = stamp.month
+        parsed.append((stamp, offset))
+    shift = hint_year if known else hint_year - offset
+    out = []
+    last_time = None
+    for event, (stamp, off) in zip(events, parsed):
+        time = event.time
+        if time is None and stamp is not None:
+            try:
+                time = datetime(stamp.year or shift + off, stamp.month, stamp.day, stamp.hour, stamp.minute,
+                                stamp.second, stamp.micro)
+            except ValueError:
+                time = None
+        if time is not None:
+            last_time = time
+            out.append(event if time is event.time else replace(event, time=time))
+        elif last_time is not None:
+            out.append(replace(event, time=last_time, time_inferred=True))
+        else:
+            out.append(event)
+    return out

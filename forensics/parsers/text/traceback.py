@@ -1,0 +1,266 @@
+"""Python tracebacks: assembled per stream, parsed with grammars/python_traceback.lark
+into ``PyException`` chains.
+
+Four ranks printing at once is the normal case, so lines are de-interleaved by stream
+first (the dispatcher keeps one assembler per stream) and only then grouped into
+blocks.  A block starts where Python's output starts - the ``Traceback (most recent
+call last):`` header, ``Exception ignored in``, or, in a fragment pasted without its
+header, the first frame line or a lone exception line.  It ends when its exception text
+ends: for a logger record, when the repeated record header changes; for raw stderr, at
+the first line that is neither a frame, a chain marker nor a known continuation of a
+multi-line exception message.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from lark import Transformer, v_args
+from lark.exceptions import LarkError
+
+from forensics import grammar, knowledge
+from forensics.events import Frame, PyException
+from forensics.parsers.text.block import BlockResult, unparsable
+
+TB_HEADER = "Traceback (most recent call last):"
+UNRAISABLE = ("Exception ignored in", "Exception ignored while calling deallocator", "Exception ignored on calling")
+CHAIN_MARKERS = (
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+)
+FRAME = re.compile(r'\s*File "[^"\n]+", line \d+')
+# A line that is an exception by itself: a dotted name ending like an exception type,
+# a colon and a message (or nothing).  Warnings are not failures.
+EXCEPTION_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Failed|Fault|Timeout|Dead)"
+    r"|KeyboardInterrupt|SystemExit|c10::\w+|std::\w+)(?:\([\w.]*\))?(?::\s|:$|$)")
+MAX_BLOCK_LINES = 20_000     # a traceback of millions of lines is cut (the rest counted)
+
+
+def starts_block(text: str) -> str | None:
+    """How a block starts at this line: "header", "unraisable", "frame", "exception"."""
+    if text.startswith(TB_HEADER):
+        return "header"
+    if text.startswith(UNRAISABLE):
+        return "unraisable"
+    if FRAME.match(text):
+        return "frame"
+    if EXCEPTION_LINE.match(text):
+        return "exception"
+    return None
+
+
+_CONTINUATIONS: tuple[str, ...] | None = None
+
+
+def _continuations() -> tuple[str, ...]:
+    global _CONTINUATIONS
+    if _CONTINUATIONS is None:
+        _CONTINUATIONS = knowledge.message_continuations()
+    return _CONTINUATIONS
+
+
+@dataclass
+class TracebackBlock:
+    """The lines of one traceback as they arrive on one stream."""
+
+    header: tuple | None            # the record header the block was logged under
+    started_by: str = "header"      # header | unraisable | frame | exception
+    follow_raw: bool = False        # started at the end of a record (SGLang): raw lines follow
+    lines: list[str] = field(default_factory=list)
+    linenos: list[int] = field(default_factory=list)
+    in_message: bool = False        # past the exception line, reading message continuations
+    after_chain: bool = False       # just saw a chain marker: the next traceback belongs here
+    overflow: int = 0               # lines past MAX_BLOCK_LINES, counted not kept
+    overflow_linenos: list[int] = field(default_factory=list)
+    format = "python-traceback"
+
+    def accepts(self, text: str, lineno: int, header: tuple | None) -> bool:
+        if self.lines and not self._belongs(text, header):
+            return False
+        if len(self.lines) >= MAX_BLOCK_LINES:
+            self.overflow += 1
+            if len(self.overflow_linenos) < 1:
+                self.overflow_linenos.append(lineno)
+            return True
+        self.lines.append(text)
+        self.linenos.append(lineno)
+        self._advance(text)
+        return True
+
+    def accepts_raw(self, text: str) -> bool:
+        """Whether a line with no envelope continues a block started at a record's end."""
+        return self.follow_raw and self._belongs(text, None)
+
+    def _belongs(self, text: str, header: tuple | None) -> bool:
+        if header != self.header and not (self.follow_raw and header is None):
+            return False      # another record (or raw stderr after a logged record) ends the block
+        stripped = text.strip()
+        if not self.in_message:
+            if self.started_by == "exception":
+                return False if stripped else True
+            return True       # frames, code, carets, the exception line itself
+        if stripped in CHAIN_MARKERS:
+            return True
+        if self.after_chain and (stripped.startswith(TB_HEADER) or not stripped):
+            return True
+        if text.startswith(TB_HEADER) or text.startswith(UNRAISABLE):
+            return False      # a new, separate traceback
+        if header is not None and header == self.header:
+            return True       # same logger record: everything is the message
+        if not stripped:
+            return True       # a blank line inside/after a message; harmless when trailing
+        return stripped.startswith(_continuations())
+
+    def _advance(self, text: str) -> None:
+        stripped = text.strip()
+        if stripped in CHAIN_MARKERS:
+            self.in_message = False
+            self.after_chain = True
+            return
+        if stripped.startswith(TB_HEADER):
+            self.after_chain = False
+            self.in_message = False
+            return
+        if self.in_message or not stripped or text.startswith(UNRAISABLE) or FRAME.match(text):
+            return
+        if not text[0].isspace():
+            self.in_message = True   # the exception line "Type: message"
+
+    def close(self, make):
+        """(events, lines used, unparsed (lineno, text), problems)."""
+        from forensics.parsers.text.classify import traceback_event
+        pairs = [(n, t) for n, t in zip(self.linenos, self.lines) if t.strip()]
+        blank = [n for n, t in zip(self.linenos, self.lines) if not t.strip()]
+        chain, dropped = parse_lines([t for _, t in pairs])
+        if chain is None:
+            return unparsable(self.linenos, self.lines, "a traceback")
+        problems = []
+        used = [n for n, _ in pairs]
+        unparsed = []
+        if dropped:
+            unparsed = pairs[-dropped:]
+            used = used[:-dropped]
+            problems.append(f"line {pairs[-dropped][0]}: the traceback's last line is cut mid-token; "
+                            "everything before the cut is used")
+        if self.overflow:
+            problems.append(f"line {self.linenos[0]}: a traceback of more than {MAX_BLOCK_LINES:,} lines; "
+                            f"{self.overflow:,} lines after that were counted, not read")
+        event = traceback_event(chain, len(self.lines) + self.overflow, make)
+        return BlockResult([event], used + blank, unparsed, problems, self.overflow)
+
+
+def start(text: str, header: tuple | None) -> TracebackBlock | None:
+    how = starts_block(text)
+    return TracebackBlock(header=header, started_by=how) if how else None
+
+
+@v_args(inline=True)
+class _ToExceptions(Transformer):
+    def start(self, *items):
+        chain = []
+        link = None
+        for item in items:
+            if isinstance(item, str):
+                link = item
+            else:
+                chain.append(PyException(item.type, item.message, item.frames, item.unraisable_in, link,
+                                         item.header_missing, item.cut))
+                link = None
+        return tuple(chain)
+
+    def cause(self, _marker):
+        return "cause"
+
+    def context(self, _marker):
+        return "context"
+
+    def segment(self, *items):
+        unraisable, has_header, frames, exc = self._parts(items)
+        return PyException(exc.type, exc.message, frames, unraisable,
+                           header_missing=not has_header and bool(frames))
+
+    def cut_segment(self, *items):
+        unraisable, has_header, frames, _ = self._parts(items)
+        return PyException("", "", frames, unraisable, header_missing=not has_header, cut=True)
+
+    def bare_unraisable(self, unraisable):
+        return PyException("", "", (), unraisable[1], cut=True)
+
+    @staticmethod
+    def _parts(items):
+        unraisable = next((i[1] for i in items if isinstance(i, tuple) and i and i[0] == "unraisable"), None)
+        has_header = any(i == "header" for i in items)
+        frames = tuple(i for i in items if isinstance(i, Frame))
+        exc = next((i for i in items if isinstance(i, PyException)), None)
+        return unraisable, has_header, frames, exc
+
+    def header(self, _token):
+        return "header"
+
+    def unraisable(self, _head, obj=None):
+        text = str(obj or "").strip().lstrip(":").strip()
+        return ("unraisable", text.rstrip(":").strip() or None)
+
+    def frame(self, path, lineno, *rest):
+        func = None
+        code = None
+        for item in rest:
+            if isinstance(item, str) and item.startswith("\0code:"):
+                code = item[6:]
+            elif item is not None:
+                func = str(item).strip() or None
+        return Frame(str(path), int(lineno), func, code)
+
+    def code(self, line, *_carets):
+        return "\0code:" + str(line).strip()
+
+    def repeat(self, line):
+        return None
+
+    def exception(self, type_, *rest):
+        message_parts = []
+        for item in rest:
+            text = str(item).rstrip("\n")
+            if item.type == "EXC_MESSAGE":
+                message_parts.append(text[1:].strip())
+            else:
+                message_parts.append(text)
+        message = "\n".join(message_parts).strip("\n")
+        return PyException(str(type_), message)
+
+
+def parse_block(text: str) -> tuple[PyException, ...] | None:
+    """The exception chain of one traceback block, or None if it does not parse."""
+    try:
+        tree = grammar.load("python_traceback").parse(text)
+        chain = _ToExceptions().transform(tree)
+    except (LarkError, ValueError, TypeError, AttributeError):
+        return None
+    frames_filtered = tuple(PyException(e.type, e.message, tuple(f for f in e.frames if f is not None),
+                                        e.unraisable_in, e.chained_by, e.header_missing, e.cut) for e in chain)
+    return frames_filtered
+
+
+def parse_lines(lines: list[str]) -> tuple[tuple[PyException, ...] | None, int]:
+    """The chain of a block, keeping everything before a last line cut mid-token:
+    (chain, number of trailing lines dropped to make it parse)."""
+    kept = [line for line in lines if line.strip()]
+    for dropped in range(0, min(3, len(kept))):
+        body = kept[:len(kept) - dropped] if dropped else kept
+        if not body:
+            break
+        chain = parse_block("".join(line.rstrip() + "\n" for line in body))
+        if chain:
+            if dropped:
+                last = chain[-1]
+                chain = chain[:-1] + (PyException(last.type, last.message, last.frames, last.unraisable_in,
+                                                  last.chained_by, last.header_missing, True),)
+            return chain, dropped
+    return None, 0
+
+
+def innermost_frames(chain: tuple[PyException, ...]) -> tuple[Frame, ...]:
+    """Frames of the exception that was finally raised (the last of the chain)."""
+    return chain[-1].frames if chain else ()

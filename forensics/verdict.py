@@ -1,0 +1,227 @@
+"""What the analysis concludes, as typed, frozen values.
+
+The rules write these (rules/base.py's runner builds the ``Verdict`` from what each
+rule wrote); the report document and every renderer only read them.  Absent findings
+are ``None`` or empty tuples and are *said* by the renderers ("unknown - how to get
+it"), never shown as if they were values.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+from forensics.knowledge import CudaError
+
+
+class Confidence(str, enum.Enum):
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Status(str, enum.Enum):
+    """How a process went down (the values of the JSON contract)."""
+
+    ORIGIN = "origin"          # its own device work faulted
+    SURFACED = "surfaced"      # it reported the (sticky) error; its origin is not shown elsewhere
+    COLLATERAL = "collateral"  # it went down because a peer or its parent did
+    HEALTHY = "healthy"        # no failure at all
+    UNKNOWN = "unknown"        # killed from outside, hung, or the inputs cannot tell
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class FailureKind(str, enum.Enum):
+    CUDA_ERROR = "cuda-error"
+    DEVICE_ASSERT = "device-assert"
+    OOM = "oom"
+    HANG = "hang"
+    NCCL_TIMEOUT = "nccl-timeout"
+    PYTHON_EXCEPTION = "python-exception"
+    FATAL_SIGNAL = "fatal-signal"
+    WORKER_KILLED = "worker-killed"
+    STARTUP = "startup"
+    RELAY_ONLY = "relay-only"     # the engine died; its own failure is not in the inputs
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Check(str, enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """The error the crash is about."""
+
+    error: CudaError
+    reported_at: str               # source:line of the report used
+    relayed_only: bool = False     # known only from a relay (the engine quoting a worker)
+    cause_of: str | None = None    # a library status (cuBLAS ...) this error surfaced as
+
+    @property
+    def code(self) -> int | None:
+        return self.error.code
+
+    @property
+    def name(self) -> str:
+        return self.error.name
+
+
+@dataclass(frozen=True)
+class Surface:
+    """Where a process *noticed* the error (for a sticky error: not where it happened)."""
+
+    rank: int | None
+    pid: int | None
+    api: str | None
+    file: str | None
+    line: int | None
+    function: str | None
+    time: datetime | None
+    source: str                    # evidence location: relative path:line
+    exception: str
+    error_code: int | None
+    error_name: str | None
+    how: str                       # "raised", "unraisable exception in <obj>", "logged", ...
+    also_seen_in: tuple[str, ...] = ()
+    graph_replay: bool = False     # the call was a CUDA graph replay (or under one)
+
+
+@dataclass(frozen=True)
+class EvidenceRef:
+    kind: str
+    source: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The kernel and rank that faulted, from device evidence only."""
+
+    rank: int | None
+    pid: int | None
+    kernel: str | None             # None: device evidence names the rank, not the kernel
+    fault: str
+    address: str | None
+    evidence: tuple[EvidenceRef, ...]
+    confidence: Confidence
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FirstFailure:
+    rank: int | None
+    pid: int | None
+    time: datetime | None
+    basis: str
+    what: str
+    launcher_opinion: str | None = None     # torchrun's "Root Cause", when it differs
+
+
+@dataclass(frozen=True)
+class RankVerdict:
+    key: str                        # the process's identity in this report (pid:N or rank:N@host)
+    pid: int | None
+    rank: int | None
+    role: str
+    name: str | None
+    status: Status
+    exit_code: int | None = None
+    first_error: str | None = None
+    first_error_source: str | None = None
+    failure: str | None = None      # how it went down, in words
+    other_pids: tuple[int, ...] = ()  # the same process seen under other pids (a tool's front end)
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class Hang:
+    collective: str | None
+    seq: int | None
+    waited: tuple[int, ...]         # ranks that reported timing out
+    suspects: tuple[int, ...]       # ranks that did not (or were behind)
+    culprit_doing: str | None = None  # what the stalled rank was doing, from a stack dump
+
+
+@dataclass(frozen=True)
+class ChecklistItem:
+    check: str
+    status: Check
+    finding: str
+    evidence: str | None = None
+
+
+@dataclass(frozen=True)
+class KnownIssueMatch:
+    id: str
+    title: str
+    likelihood: str                 # likely | possible
+    matched: tuple[str, ...]
+    unknown: tuple[str, ...]
+    status: str
+    references: tuple[str, ...]
+    workaround: str
+    does_not_prove: str
+
+
+@dataclass(frozen=True)
+class NextStep:
+    id: str
+    why: str
+    command: str | None             # None: an action, not a command
+    warnings: tuple[str, ...] = ()  # values from the logs that were not used (did not look right)
+
+
+@dataclass(frozen=True)
+class SignaturePart:
+    part: str
+    value: str | None
+    contributed: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Everything the rules concluded."""
+
+    error: ErrorInfo | None = None
+    failure_kind: FailureKind | None = None
+    surfaces: tuple[Surface, ...] = ()
+    origin: Origin | None = None
+    first_failure: FirstFailure | None = None
+    ranks: tuple[RankVerdict, ...] = ()
+    hang: Hang | None = None
+    environment: Mapping[str, Any] = field(default_factory=dict)
+    environment_sources: Mapping[str, str] = field(default_factory=dict)
+    signature: str | None = None
+    signature_parts: tuple[SignaturePart, ...] = ()
+    known_issues: tuple[KnownIssueMatch, ...] = ()
+    checklist: tuple[ChecklistItem, ...] = ()
+    next_steps: tuple[NextStep, ...] = ()
+    notes: tuple[str, ...] = ()              # what the reader should know (graph replay, launcher opinion ...)
+    headline: str = ""
+    summary: str = ""
+    explanations: tuple[tuple[str, str], ...] = ()
+    rule_failures: tuple[str, ...] = ()
+
+    @property
+    def collateral(self) -> tuple[int, ...]:
+        return tuple(sorted({v.rank for v in self.ranks if v.status == Status.COLLATERAL and v.rank is not None}))
+
+    @property
+    def failed(self) -> bool:
+        return self.failure_kind is not None
