@@ -97,8 +97,12 @@ class ProcessTable:
             return self._pid_key.get((event.host, event.pid)) or self._pid_key.get((None, event.pid)) or \
                 f"pid:{event.pid}" + (f"@{event.host}" if event.host else "")
         rank = event.rank if event.rank is not None else self._file_rank.get(event.source)
+        if rank is None and event.process:
+            rank = knowledge.role_and_rank(event.process)[1]
         if rank is not None:
             return f"rank:{rank}" + (f"@{event.host}" if event.host else "")
+        if event.process:
+            return f"name:{event.process}" + (f"@{event.host}" if event.host else "")
         return None
 
     def _info(self, key: str) -> ProcessInfo:
@@ -118,6 +122,7 @@ class ProcessTable:
             info.pid = info.pid or event.pid
             info.pids.add(event.pid)
             self._pid_key.setdefault((event.host, event.pid), key)
+            self._pid_key.setdefault((None, event.pid), key)
             info.host = info.host or event.host
         if event.process:
             self._from_name(info, event.process)

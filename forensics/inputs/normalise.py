@@ -104,6 +104,15 @@ def parse_time(text: str) -> datetime | None:
     return when
 
 
+def clean_escapes(text: str) -> str:
+    """Colour codes off: real ones, and the remnants a paste left of them."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text).replace("\x1b", "")
+    if "m" in text and ("[" in text or text[:1].isdigit()) and _BROKEN_ANSI.search(text):
+        text = _BROKEN_ANSI.sub("", text)
+    return text
+
+
 class Normaliser:
     """Per input: feed physical lines, get logical lines (0, 1 or several each)."""
 
@@ -114,10 +123,7 @@ class Normaliser:
 
     def feed(self, lineno: int, raw: str) -> Iterator[Line]:
         text = raw
-        if "\x1b" in text:
-            text = _ANSI.sub("", text)
-        if "m" in text and ("[" in text or text[:1].isdigit()) and _BROKEN_ANSI.search(text):
-            text = _BROKEN_ANSI.sub("", text)
+        text = clean_escapes(text)
         if "^M" in text:
             text = _CARET_M.sub("", text)
         if "**" in text and ('File "' in text or " in **" in text):
@@ -173,6 +179,7 @@ class Normaliser:
                         continue
                     text, got, partial = decoded
                     fields.update(got)
+                    text = clean_escapes(text)
                 elif wrapper.at_end:
                     match = wrapper.pattern.search(text)
                     if not match:
@@ -185,7 +192,7 @@ class Normaliser:
                         continue
                     if match.groupdict().get("partial") == "P":
                         partial = True
-                    _take(fields, match, override=wrapper.id in _NESTING)
+                    _take(fields, match, override=_NESTING.get(wrapper.id, set()))
                     body = match.groupdict().get("body")
                     text = body if body is not None else text[match.end():]
                 used.append(wrapper.id)
@@ -211,15 +218,14 @@ _INT_FIELDS = {"pid", "rank", "repeat"}
 # Wrappers that nest inside one another ("(EngineCore_DP0 pid=A) (RayWorkerWrapper pid=B,
 # ip=X) ..."): the innermost says who wrote the line, so its fields win (a journald
 # stamp's pid is the unit's main process, not the writer).
-_NESTING = {"process-prefix"}
-_WRITER = {"pid", "process", "host"}
+_NESTING = {"process-prefix": {"pid", "process", "host"}, "torch-rank": {"rank"}}
 
 
-def _take(fields: dict, match: re.Match, override: bool = False) -> None:
+def _take(fields: dict, match: re.Match, override: set = frozenset()) -> None:
     for key, value in match.groupdict().items():
         if value is None or key in ("body", "partial", "tag"):
             continue
-        if override and key in _WRITER | {"ip"}:
+        if ("host" if key == "ip" else key) in override:
             fields.pop("host" if key == "ip" else key, None)
         if key in _INT_FIELDS:
             try:
@@ -297,7 +303,7 @@ def split_glued(text: str) -> list[str]:
         head = _envelope_text(text, starts)
         if head is not None:
             cuts = [s for s in starts if text.startswith(head, s)]
-            if len(cuts) >= 2 or (cuts and cuts[0] > 0):
+            if len(cuts) >= 2:
                 bounds = ([0] if cuts[0] != 0 else []) + cuts + [len(text)]
                 pieces = [text[a:b].rstrip() for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
     out = []

@@ -89,26 +89,26 @@ class SurfacePoints(Rule):
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
         error = verdict.error
         kinds = (Kind.CUDA_ERROR, Kind.OOM) if error is not None else (Kind.CUDA_ERROR, Kind.OOM, Kind.EXCEPTION,
-                                                                        Kind.FATAL_SIGNAL)
+                                                                        Kind.FATAL_SIGNAL, Kind.COLLECTIVE_TIMEOUT)
         per_process: dict = {}
         for event in evidence.of_kind(*kinds):
             if event.attrs.get("earlier_run"):
                 continue
             if event.kind == Kind.FATAL_SIGNAL and not event.attrs.get("crash_frame") and not event.attrs.get("raised_file"):
                 continue
+            if event.kind == Kind.COLLECTIVE_TIMEOUT and not event.chain:
+                continue                 # a hang: where a waiting rank noticed it (its traceback)
             if event.kind in (Kind.EXCEPTION, Kind.FATAL_SIGNAL) and event.role in ("engine-core", "api-server", "launcher"):
                 continue                 # a relay's own traceback, when no error was reported
             surface = surface_of(event)
             if surface.file is None and surface.api is None and event.kind != Kind.CUDA_ERROR:
                 continue
+            # one process: its pid, else its rank, else (a paste of one process) the input
             key = event.pid if event.pid is not None else (
-                ("rank", event.rank) if event.rank is not None else ("site", surface.file, surface.line, event.source))
-            first = per_process.get(key)
-            if first is None:
-                per_process[key] = surface
-            elif (first.file, first.line) == (surface.file, surface.line) and \
-                    event.source != first.source.rsplit(":", 1)[0]:
-                per_process[key] = _also(first, surface.source)
+                ("rank", event.rank) if event.rank is not None else ("input", event.source))
+            per_process.setdefault(key, []).append(surface)
+        per_process = {key: _best(reports) for key, reports in per_process.items()}
+        _lend_places(per_process)
         surfaces = sorted(per_process.values(), key=lambda s: (s.time is None, s.time or 0, s.source))
         # a surface that is only a file-less relay of the same process is dropped when a better one exists
         verdict.surfaces = tuple(surfaces)
@@ -120,6 +120,37 @@ class SurfacePoints(Rule):
                             f"{s.source}.")
         if not surfaces and error is not None:
             verdict.explain("The error is only known from relayed messages; no process's own report of it was found.")
+
+
+def _lend_places(per_process: dict) -> None:
+    """A paste where one process signed its failure (the NCCL watchdog's line) and its
+    traceback came unsigned (raw stderr): when that is the only signed report without a
+    place, the unsigned report with a place in the same input is its surface."""
+    from dataclasses import replace
+    unsigned = {key[1]: s for key, s in per_process.items() if isinstance(key, tuple) and key[0] == "input" and s.file}
+    signed = [key for key, s in per_process.items() if not (isinstance(key, tuple) and key[0] == "input")]
+    placeless = [key for key in signed if per_process[key].file is None]
+    for key in placeless:
+        source = per_process[key].source.rsplit(":", 1)[0]
+        if source in unsigned and len(signed) == 1:
+            lent = unsigned.pop(source)
+            per_process[key] = replace(lent, rank=per_process[key].rank, pid=per_process[key].pid,
+                                       api=lent.api or per_process[key].api,
+                                       how=lent.how + " (printed without the process's prefix)")
+            per_process.pop(("input", source), None)
+
+
+def _best(reports: list[Surface]) -> Surface:
+    """A process's surface: its first report that names a place (a Python frame, or a
+    native file:line), else its first report; the same place seen again in another
+    input (a per-rank log) is kept as corroboration."""
+    placed = [s for s in reports if s.file is not None]
+    best = (placed or reports)[0]
+    for other in reports:
+        if other is not best and (other.file, other.line) == (best.file, best.line) and \
+                other.source.rsplit(":", 1)[0] != best.source.rsplit(":", 1)[0]:
+            best = _also(best, other.source)
+    return best
 
 
 def _also(first: Surface, source: str) -> Surface:

@@ -87,12 +87,14 @@ class CollectiveHang(Rule):
     reads = ("environment", "error")
     writes = ("hang",)
 
-    def predicate(self, evidence: Evidence, verdict: VerdictView) -> bool:
-        return bool(evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)) and not _own_failures(evidence) and \
-            not [d for d in _deaths(evidence)]
+    def predicate(self, evidence: Evidence, verdict: VerdictView) -> bool:  # noqa: D102
+        timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if e.attrs.get("from_rank") is None]
+        return bool(timeouts) and not _own_failures(evidence) and \
+            not [d for d in _deaths(evidence) if not _timeout_death(d[0])]
 
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
-        timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if not e.attrs.get("earlier_run")]
+        timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if not e.attrs.get("earlier_run")
+                    and e.attrs.get("from_rank") is None]    # "a dump signal from rank N": N timed out, not this one
         waited: dict[int, tuple[int, str]] = {}
         for e in timeouts:
             if e.rank is not None:
@@ -115,6 +117,13 @@ class CollectiveHang(Rule):
                         + (f"; it was {doing}" if doing else "") + ".")
 
 
+def _timeout_death(event: Event) -> bool:
+    """A worker that aborted (SIGABRT: the watchdog takes the process down after a
+    timeout) or was stopped (SIGTERM) by its launcher: part of a hang, not a cause."""
+    code = event.attrs.get("exit_code")
+    return isinstance(code, int) and code in (-6, -15, 134, 143)
+
+
 def expected_ranks(evidence: Evidence, environment) -> set[int]:
     """The ranks the run should have: the world/TP size printed, the launcher's list,
     and every rank seen."""
@@ -126,6 +135,16 @@ def expected_ranks(evidence: Evidence, environment) -> set[int]:
         for failure in [event.attrs.get("root_cause") or {}] + list(event.attrs.get("failures") or []):
             if isinstance(failure.get("rank"), int):
                 ranks.add(failure["rank"])
+    # torchrun's agent stops every other worker of its node when one fails: the workers
+    # it signalled and the one that failed are the node's local ranks
+    failed_local = {e.attrs["local_rank"] for e in evidence.of_kind(Kind.CHILD_FAILED)
+                    if isinstance(e.attrs.get("local_rank"), int)}
+    signalled = {e.attrs["subject_pid"] for e in evidence.of_kind(Kind.SHUTDOWN)
+                 if e.attrs.get("message_id") == "elastic-closing-signal"}
+    if failed_local and signalled and len(evidence.of_kind(Kind.LAUNCHER_SUMMARY)) <= 1:
+        nproc = len(signalled) + len(failed_local)
+        if max(failed_local) < nproc and all(r < nproc for r in ranks):
+            ranks |= set(range(nproc))
     return ranks
 
 
@@ -205,6 +224,15 @@ class FirstFailureRule(Rule):
             return
         key = lambda c: (c.event.time is None, c.event.time or 0, _WEIGHT.get(c.event.kind, 6), c.event.seq)  # noqa: E731
         earliest = min(candidates, key=key)
+        if earliest.rank is None:
+            # a line no rank signed (a native library's stderr, the engine core relaying a
+            # worker's native error): when a rank's own failure follows it closely, that
+            # is the one to name
+            signed = [c for c in candidates if c.rank is not None]
+            if signed:
+                best = min(signed, key=key)
+                if _close_after(earliest.event, best.event):
+                    earliest = best
         event = earliest.event
         tied = sorted({c.rank for c in candidates if c.event.time is not None and c.event.time == event.time
                        and c.rank is not None and c.rank != earliest.rank})
@@ -262,6 +290,12 @@ class FirstFailureRule(Rule):
         verdict.failure_kind = FailureKind.STARTUP if verdict.environment.get("phase") == "startup" else \
             FailureKind.RELAY_ONLY
         verdict.explain(f"Relay only: {basis}.")
+
+
+def _close_after(first: Event, then: Event, seconds: float = 30) -> bool:
+    if first.time is None or then.time is None:
+        return first.source == then.source
+    return 0 <= (then.time - first.time).total_seconds() <= seconds
 
 
 def _same_failure(candidates: list[Candidate], event: Event) -> bool:
@@ -347,6 +381,9 @@ _COLLATERAL_WORDS = {
     Kind.CHILD_FAILED: "its child process failed",
     Kind.SCHEDULER_DUMP: "the engine stopped after a worker failed",
     Kind.EXCEPTION: "raised after another process failed",
+    Kind.CUDA_ERROR: "reported the error after a worker failed",
+    Kind.OOM: "reported the failure after a worker failed",
+    Kind.FATAL_SIGNAL: "went down after a worker failed",
 }
 
 
@@ -370,7 +407,8 @@ class RankStatuses(Rule):
             info = table.info_of(event)
             if info is not None:
                 per_key.setdefault(info.key, []).append(event)
-        deaths = {pid: words for _, pid, _, words in _deaths(evidence) if pid is not None}
+        deaths = {pid: words for e, pid, _, words in _deaths(evidence) if pid is not None
+                  and not (verdict.hang is not None and _timeout_death(e))}
         about: dict[str, list[Event]] = {}      # lines about a process written by another (force killing pid N)
         for event in evidence.of_kind(Kind.SHUTDOWN):
             subject = table.by_pid(event.attrs.get("subject_pid")) if event.attrs.get("subject_pid") is not None else None
@@ -399,15 +437,16 @@ class RankStatuses(Rule):
                   and not (e.kind == Kind.SHUTDOWN and e.attrs.get("subject_pid") is not None)]
         relays += [e for e in about.get(info.key, ()) if not e.attrs.get("earlier_run")]
         relays.sort(key=lambda e: _RELAY_ORDER.index(e.kind) if e.kind in _RELAY_ORDER else len(_RELAY_ORDER))
-        if info.role in ("engine-core", "api-server", "launcher") and own and not is_first and first is not None:
-            relays = relays or own
-            own = []
+
         code = next((exit_codes[p] for p in sorted(info.pids) if p in exit_codes), None)
         base = dict(key=info.key, pid=info.pid, rank=info.rank, role=info.role or "unknown", name=info.name,
                     exit_code=code, other_pids=tuple(sorted(p for p in info.pids if p != info.pid)), host=info.host)
         is_first = first is not None and ((first.pid is not None and first.pid in info.pids) or
                                           (first.pid is None and first.rank is not None and first.rank == info.rank
                                            and info.role in (None, "worker")))
+        if info.role in ("engine-core", "api-server", "launcher") and own and not is_first and first is not None:
+            relays = relays or own
+            own = []
         if origin is not None and ((origin.pid is not None and origin.pid in info.pids) or
                                    (origin.pid is None and origin.rank is not None and origin.rank == info.rank)):
             where = own[0] if own else (mine[0] if mine else None)

@@ -351,7 +351,8 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
     if r.kind == "api_error":
         m = re.search(r"Program hit (\w+) \(error (\d+)\) due to \"([^\"]*)\" on CUDA API call to (\w+)", r.headline)
         if m:
-            err = knowledge.find_cuda_error(m.group(1)) or knowledge.find_cuda_error(f"(error {m.group(2)})")
+            found = knowledge.find_cuda_error(m.group(1))
+            err = found.error if found else knowledge.lookup_error(m.group(2))
             attrs.update(api=m.group(4), error_name=m.group(1), error_code=int(m.group(2)))
             if err:
                 attrs["cuda_error"] = err

@@ -33,6 +33,12 @@ _RELAY_TYPES = {"ChildFailedError": Kind.CHILD_FAILED, "EngineDeadError": Kind.E
 _RAISED_FROM = re.compile(r"Exception raised from (?P<function>\S+) at (?P<file>[^\s:]+):(?P<line>\d+)")
 
 
+# relay kinds that a process uses for its *own* error too: when the chain carries a
+# CUDA error, it is that process's error ("Error in model execution", an NCCL error
+# wrapping "unhandled cuda error", the scheduler's "hit an exception")
+_OWN_WRAPPERS = {Kind.NCCL, Kind.WORKER_EXCEPTION, Kind.ENGINE_FATAL}
+
+
 def cuda_error(text: str) -> knowledge.ErrorMatch | None:
     if not _CUDA_HINT.search(text):
         return None
@@ -103,7 +109,7 @@ def traceback_event(chain: tuple[PyException, ...], nlines: int, make):
     kind: Kind
     if short_type in _RELAY_TYPES:
         kind = _RELAY_TYPES[short_type]
-    elif found is not None and Kind(found.entry.kind) in RELAY and not (Kind(found.entry.kind) == Kind.NCCL and err):
+    elif found is not None and Kind(found.entry.kind) in RELAY and not (Kind(found.entry.kind) in _OWN_WRAPPERS and err):
         kind = Kind(found.entry.kind)
         attrs.update({k: v for k, v in found.fields.items() if k not in attrs})
         attrs["message_id"] = found.entry.id
