@@ -161,6 +161,11 @@ class _TensorRtLlm(Transformer):
     def trt(self, letter):
         return Record("trtllm", "", _LEVELS.get(str(letter), str(letter)))
 
+    def trt_dated(self, month, day, year, clock, letter):
+        h, m, s, micro = _clock(str(clock))
+        return Record("trtllm", "", _LEVELS.get(str(letter), str(letter)),
+                      Stamp(int(year), int(month), int(day), h, m, s, micro))
+
     def rank(self, number):
         return int(number)
 
@@ -232,7 +237,7 @@ LINE_FORMATS: tuple[LineFormat, ...] = (
                re.compile(r"[^\s:\[]+:\d+:\d+ \[\d+\](?: [^\s:]+:\d+)? NCCL (?:INFO|WARN|ERROR|ABORT|TRACE)\b"), _Nccl, False),
     LineFormat("trtllm", "tensorrt_llm",
                re.compile(r"\[TensorRT-LLM\]\[[A-Z]{2,}\]|\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d(?:\.\d+)?\] \[TRT-LLM\]"
-                          r"(?: \[RANK \d+\])? \[[A-Z]\]|\[TRT\] \[[A-Z]\]"), _TensorRtLlm),
+                          r"(?: \[RANK \d+\])? \[[A-Z]\]|\[TRT\] \[[A-Z]\]|\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d(?:\.\d+)?\] \[TRT\] \[[A-Z]\]"), _TensorRtLlm),
     LineFormat("uvicorn", "uvicorn", re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|TRACE): +(?=\S)"), _Uvicorn),
     LineFormat("pylog", "python_logging",
                re.compile(_LEVEL + r":[A-Za-z_][\w.\-]*:"

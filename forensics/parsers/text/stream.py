@@ -205,10 +205,11 @@ class _Run:
                 self._count(block.format)
                 return
             self._close(key)
-        elif not line.env.wrappers and header is None:
-            # raw lines after a record that ended with a traceback header (SGLang)
+        elif header is None:
+            # raw lines after a record that ended with a traceback header (SGLang): the
+            # same writer (envelope), without the record's header
             for other_key, other in self.open.items():
-                if getattr(other, "follow_raw", False) and other.accepts_raw(text):
+                if other_key[:5] == key[:5] and getattr(other, "follow_raw", False) and other.accepts_raw(text):
                     other.accepts(text, line.lineno, None)
                     self._count(other.format)
                     return

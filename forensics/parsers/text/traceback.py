@@ -213,8 +213,11 @@ class _ToExceptions(Transformer):
                 func = str(item).strip() or None
         return Frame(str(path), int(lineno), func, code)
 
-    def code(self, line, *_carets):
+    def code(self, line, *_more):
         return "\0code:" + str(line).strip()
+
+    def stray(self, _line):
+        return None
 
     def repeat(self, line):
         return None
