@@ -161,10 +161,15 @@ def surface_apis() -> tuple[SurfaceApi, ...]:
 
 
 def surface_api_of(code: str | None) -> str | None:
-    """The surface API a line of code (or a native call) names, if any."""
+    """The surface API a line of code (or a native call) names, if any (for an API
+    family, the member it names: ncclAllReduce, ncclCommInitRank ...)."""
     if not code:
         return None
-    return next((a.api for a in surface_apis() if a.pattern.search(code)), None)
+    for api in surface_apis():
+        match = api.pattern.search(code)
+        if match:
+            return match.group(0) if api.api.startswith("nccl") else api.api
+    return None
 
 
 @functools.lru_cache(maxsize=None)

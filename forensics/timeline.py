@@ -262,9 +262,9 @@ def order(events_by_source: list[list[Event]]) -> list[Event]:
                 running[stream] = last = event.time
             # A file with no stamps at all (an HTTP reply, dmesg uptimes) was written after
             # the fact: it goes after everything that has a time.
-            keyed.append(((last or datetime.max), file_index, event.seq, event))
-    keyed.sort(key=lambda k: k[:3])
-    return [k[3] for k in keyed]
+            keyed.append(((last or datetime.max), file_index, event.line, event.seq, event))
+    keyed.sort(key=lambda k: k[:4])
+    return [k[4] for k in keyed]
 
 
 def set_aside_earlier_runs(events: list[Event]) -> tuple[list[Event], list[str]]:

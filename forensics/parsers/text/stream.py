@@ -83,6 +83,8 @@ class EventFactory:
                 attrs.setdefault("parallel_ranks", dict(rec.ranks))
             if rec.logger:
                 attrs.setdefault("logger", rec.logger)
+            if rec.host:
+                attrs.setdefault("machine", rec.host)
         if env.container:
             attrs.setdefault("container", env.container)
         if env.repeat:
@@ -95,7 +97,7 @@ class EventFactory:
         if pid is None and isinstance(subject, int) and kind in (Kind.XID, Kind.OOM, Kind.FATAL_SIGNAL,
                                                                    Kind.STACK_DUMP):
             pid = subject                 # a line about a process written by no process of ours
-        host = env.host or (rec.host if rec is not None else None)
+        host = env.host               # a record's own host (NCCL's) may name the machine, not the container
         return Event(kind=kind, message=message, source=self.relpath, line=line.lineno, severity=severity,
                      time=env.time, pid=pid, process=env.process, rank=rank, host=host, seq=self.seq,
                      attrs=freeze(attrs))
