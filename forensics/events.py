@@ -137,7 +137,7 @@ class PyException:
     message: str
     frames: tuple[Frame, ...] = ()
     unraisable_in: str | None = None   # "<function X.__del__ at 0x..>" for "Exception ignored in"
-    chained_by: str | None = None      # "cause" | "context" linking it to the previous one
+    chained_by: str | None = None      # "cause" | "context" | "remote" (quoted in the previous one's message)
     header_missing: bool = False       # a fragment: the "Traceback (most recent call last):" was not in the input
     cut: bool = False                  # the input ends before the exception line
 

@@ -247,6 +247,22 @@ def role_and_rank(process_name: str | None) -> tuple[str | None, int | None]:
 
 
 @functools.lru_cache(maxsize=None)
+def quoted_processes() -> tuple[tuple[str, re.Pattern], ...]:
+    """Patterns naming the process whose traceback an exception message quotes."""
+    return tuple((e["id"], re.compile(e["pattern"], re.M)) for e in load("processes").get("quoted_process", []))
+
+
+def quoted_process(message: str) -> dict | None:
+    """{id, pid, ip, rank, process} (those named) of the process whose traceback
+    ``message`` quotes, or None when the message names none the catalogue knows."""
+    for quote_id, pattern in quoted_processes():
+        match = pattern.search(message)
+        if match:
+            return {"id": quote_id, **{k: v for k, v in match.groupdict().items() if v is not None}}
+    return None
+
+
+@functools.lru_cache(maxsize=None)
 def signals() -> dict[int, str]:
     """Signal number -> name (data/signals.toml)."""
     return {int(k): v for k, v in load("signals")["signal"].items()}

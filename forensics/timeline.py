@@ -69,6 +69,7 @@ class ProcessTable:
         for event in events:
             table._learn(event)
         table._join_ranks()
+        table._join_same_failure(events)
         return table
 
     def _learn_files(self, events: list[Event]) -> None:
@@ -134,7 +135,9 @@ class ProcessTable:
             info.role = info.role or "worker"
         if event.kind == Kind.PROCESS_IDENTITY:
             rank = event.attrs.get("rank")
-            if isinstance(rank, int) and (info.rank is None or info.rank_basis == "name-unknown"):
+            # a line stating the process's rank beats a rank read from its name (the TP
+            # rank of Worker_PP1_TP4 is not its global rank)
+            if isinstance(rank, int) and (info.rank is None or info.rank_basis == "name"):
                 info.rank, info.rank_basis = rank, f"{event.where}: {event.attrs.get('message_id')}"
             info.role = info.role or "worker"
 
@@ -193,6 +196,36 @@ class ProcessTable:
                 target.sources |= info.sources
                 target.name = target.name or info.name
                 self.by_key[key] = target            # the rank key now resolves to the pid identity
+
+    def _join_same_failure(self, events: list[Event]) -> None:
+        """One process seen under two identities that share nothing: a vLLM V0 worker's
+        Python traceback carries the executor's prefix (a pid, no rank) while c10's C++
+        lines from the same process carry only torch's ``[rankN]:``.  When exactly one
+        pid-only worker and one rank-only identity report the same CUDA error within
+        two seconds, they are one process."""
+        first: dict[int, tuple[ProcessInfo, int, datetime]] = {}
+        for event in events:
+            err = event.attrs.get("cuda_error")
+            if event.kind != Kind.CUDA_ERROR or err is None or event.time is None:
+                continue
+            key = self._key_of(event)
+            info = self.by_key.get(key) if key else None
+            if info is not None:
+                first.setdefault(id(info), (info, err.code, event.time))
+        pid_only = [v for v in first.values() if v[0].pid is not None and v[0].rank is None
+                    and v[0].role in (None, "worker")]
+        rank_only = [v for v in first.values() if v[0].pid is None and v[0].rank is not None]
+        if len(pid_only) != 1 or len(rank_only) != 1:
+            return
+        (proc, code, when), (ranked, other_code, other_when) = pid_only[0], rank_only[0]
+        if code != other_code or abs((when - other_when).total_seconds()) > 2:
+            return
+        proc.rank, proc.rank_basis = ranked.rank, f"reported the same error as rank {ranked.rank}'s lines, at the same time"
+        proc.role = proc.role or "worker"
+        proc.sources |= ranked.sources
+        for key, info in list(self.by_key.items()):
+            if info is ranked:
+                self.by_key[key] = proc
 
     # -- reading ---------------------------------------------------------------------
 
@@ -298,8 +331,6 @@ def _distinct_runs(events: list[Event], idx: list[int]) -> list[int]:
     of one run (version and config lines of one start) count once."""
     runs: list[int] = []
     for i in idx:
-        if runs and events[i].message_id_kind() if False else False:
-            continue
         if runs and events[runs[-1]].attrs.get("message_id") != events[i].attrs.get("message_id"):
             continue
         runs.append(i)

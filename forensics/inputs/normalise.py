@@ -275,17 +275,17 @@ def _merge(outer: Envelope, inner: Envelope) -> Envelope:
 
 # --- lost newlines ----------------------------------------------------------------------
 
-# Envelopes that start a record; when one repeats inside a long line, the line holds
-# several records whose newlines were lost.
-_RECORD_STARTS = re.compile(
-    r"(?:(?<=\s)|^)(?="
-    r"\((?:[A-Za-z_][\w\-]*(?: rank=\d+| [A-Z]+\d+)?) pid=\d+(?:, ip=[\d.]+)?\) "      # (Worker_TP0 pid=1)
-    r"|\[rank\d+\]:"                                                                   # [rank0]:
-    r"|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+:\d+\] "  # vLLM record header
-    r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z]{2}\d+)+\] "                          # SGLang
-    r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z (?:stdout|stderr) [PF] "               # CRI
-    r")"
-)
+# Record starts, by family; when one family starts two or more records inside one long
+# line, the line holds several records whose newlines were lost.
+_RECORD_FAMILIES = tuple(re.compile(r"(?:(?<=\s)|^)" + p) for p in (
+    r"\((?:[A-Za-z_][\w\-]*(?: rank=\d+| [A-Z]+\d+)?) pid=\d+(?:, ip=[\d.]+)?\) ",      # (Worker_TP0 pid=1)
+    r"\[rank\d+\]:",                                                                 # [rank0]:
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\] ",  # vLLM
+    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z]{2}\d+)+\] ",                        # SGLang
+    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z (?:stdout|stderr) [PF] ",             # CRI
+    r"[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|ERROR|TRACE) ",                          # NCCL
+    r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w./-]+:\d+\] ",                          # glog
+))
 _TB_PIECES = re.compile(
     r"(?<=\S)\s+(?=Traceback \(most recent call last\):|File \"[^\"]+\", line \d+"
     r"|The above exception was the direct cause|During handling of the above exception)"
@@ -293,41 +293,40 @@ _TB_PIECES = re.compile(
 
 
 def split_glued(text: str) -> list[str]:
-    """A line that holds several records (newlines lost in a paste), split where the
-    record envelope repeats; a flattened traceback split at its frames."""
+    """A line that holds several records (newlines lost in a paste), split where a
+    record family starts again; a flattened traceback split at its frames."""
     if len(text) < GLUED_MIN:
         return [text]
-    starts = [m.start() for m in _RECORD_STARTS.finditer(text)]
+    starts: dict[int, int] = {}
+    for family in _RECORD_FAMILIES:
+        found = [(m.start(), m.end()) for m in family.finditer(text)]
+        if len(found) >= 2:
+            for start, end in found:
+                starts[start] = max(end, starts.get(start, 0))
+    cuts: list[int] = []
+    envelope_end = -1
+    for start in sorted(starts):
+        # a record start right after another's envelope is part of that envelope
+        # ("(Worker_TP1 pid=2) INFO 11-04 ... [x.py:1] ")
+        if start <= envelope_end + 1 and cuts:
+            envelope_end = max(envelope_end, starts[start])
+            continue
+        cuts.append(start)
+        envelope_end = starts[start]
     pieces = [text]
-    if len(starts) >= 2:
-        head = _envelope_text(text, starts)
-        if head is not None:
-            cuts = [s for s in starts if text.startswith(head, s)]
-            if len(cuts) >= 2:
-                bounds = ([0] if cuts[0] != 0 else []) + cuts + [len(text)]
-                pieces = [text[a:b].rstrip() for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
+    if cuts:
+        bounds = sorted(set(cuts) | {0, len(text)})
+        pieces = [text[a:b].rstrip() for a, b in zip(bounds, bounds[1:]) if text[a:b].strip()]
     out = []
     for piece in pieces:
-        if piece.count('File "') >= 2 or ("Traceback (most recent call last):" in piece and 'File "' in piece
-                                            and not piece.rstrip().endswith("Traceback (most recent call last):")):
+        if '\\n  File "' in piece:
+            out.append(piece)          # an escaped traceback string: the text parser reads it whole
+        elif piece.count('File "') >= 2 or ("Traceback (most recent call last):" in piece and 'File "' in piece
+                                              and not piece.rstrip().endswith("Traceback (most recent call last):")):
             out.extend(_split_traceback(piece))
         else:
             out.append(piece)
     return out
-
-
-def _envelope_text(text: str, starts: list[int]) -> str | None:
-    """The envelope that repeats: the text of the first record start, up to its end."""
-    first = starts[0]
-    m = _RECORD_STARTS.match(text, first)
-    if m is None:
-        return None
-    rest = text[first:]
-    end = re.match(r"\([^)]*\) |\[rank\d+\]:|(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[?[\w./-]+:\d+\] "
-                   r"|\[[^\]]*\] |\S+ (?:stdout|stderr) [PF] ", rest)
-    if end is None:
-        return None
-    return rest[:end.end()]
 
 
 def _split_traceback(text: str) -> list[str]:

@@ -162,7 +162,9 @@ def surface_of(event: Event) -> Surface:
     chain = event.chain
     frames: tuple[Frame, ...] = ()
     exception = event.message
-    for exc in reversed(chain):        # the exception that carries the error
+    # the first exception of the chain that carries the error: where it surfaced first
+    # (a later "Error in model execution" that re-raises it only quotes it)
+    for exc in chain:
         if event.attrs.get("cuda_error") is None or knowledge.find_cuda_error(f"{exc.type}: {exc.message}"):
             frames = exc.frames
             first = exc.message.splitlines()[0] if exc.message else ""

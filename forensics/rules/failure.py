@@ -139,8 +139,11 @@ def expected_ranks(evidence: Evidence, environment) -> set[int]:
     # it signalled and the one that failed are the node's local ranks
     failed_local = {e.attrs["local_rank"] for e in evidence.of_kind(Kind.CHILD_FAILED)
                     if isinstance(e.attrs.get("local_rank"), int)}
+    # torch.multiprocessing.spawn says which process index (its rank) raised
+    failed_local |= {e.rank for e in evidence.events if e.attrs.get("quoted_by") == "torch-spawn"
+                     and e.rank is not None}
     signalled = {e.attrs["subject_pid"] for e in evidence.of_kind(Kind.SHUTDOWN)
-                 if e.attrs.get("message_id") == "elastic-closing-signal"}
+                 if e.attrs.get("subject_pid") is not None and e.attrs.get("signal")}
     if failed_local and signalled and len(evidence.of_kind(Kind.LAUNCHER_SUMMARY)) <= 1:
         nproc = len(signalled) + len(failed_local)
         if max(failed_local) < nproc and all(r < nproc for r in ranks):
@@ -224,6 +227,7 @@ class FirstFailureRule(Rule):
             return
         key = lambda c: (c.event.time is None, c.event.time or 0, _WEIGHT.get(c.event.kind, 6), c.event.seq)  # noqa: E731
         earliest = min(candidates, key=key)
+        unsigned_same_time = None
         if earliest.rank is None:
             # a line no rank signed (a native library's stderr, the engine core relaying a
             # worker's native error): when a rank's own failure follows it closely, that
@@ -232,9 +236,12 @@ class FirstFailureRule(Rule):
             if signed:
                 best = min(signed, key=key)
                 if _close_after(earliest.event, best.event):
+                    if _same_time(earliest.event, best.event) and earliest.pid != best.pid and \
+                            earliest.event.source == best.event.source and earliest.event.line < best.event.line:
+                        unsigned_same_time = earliest
                     earliest = best
         event = earliest.event
-        tied = sorted({c.rank for c in candidates if c.event.time is not None and c.event.time == event.time
+        tied = sorted({c.rank for c in candidates if _same_time(c.event, event)
                        and c.rank is not None and c.rank != earliest.rank})
         others = sorted({c.rank for c in candidates if c.rank is not None and c.rank != earliest.rank} - set(tied))
         basis = f"earliest failure of its own ({earliest.what}) at {event.where}"
@@ -246,6 +253,11 @@ class FirstFailureRule(Rule):
                 rank = None
                 basis = (f"ranks {', '.join(map(str, sorted({earliest.rank} | set(tied))))} reported the same "
                          f"failure ({earliest.what}) within the same second: the logs cannot tell which failed first")
+        if unsigned_same_time is not None and rank is not None:
+            rank = None
+            basis = (f"a process that signed no rank reported the same failure ({unsigned_same_time.what}) at "
+                     f"{unsigned_same_time.event.where}, in the same second as rank {earliest.rank}'s report at "
+                     f"{event.where}: the logs cannot tell which failed first")
         if others:
             basis += f"; ranks {', '.join(map(str, others))} failed later"
         if not tied and not others and rank is not None:
@@ -292,6 +304,26 @@ class FirstFailureRule(Rule):
         verdict.explain(f"Relay only: {basis}.")
 
 
+# The ProcessGroupNCCL watchdog polls its work items; the time it reports a CUDA error is
+# when it looked, not when the kernel faulted.  Two ranks' watchdog reports closer than
+# this are not ordered.
+WATCHDOG_POLL_S = 1.0
+
+
+def _same_time(a: Event, b: Event) -> bool:
+    """Whether two events cannot be ordered by their times: equal; in one second when
+    either stamp has no sub-second part; both the watchdog's, within its polling."""
+    if a.time is None or b.time is None:
+        return False
+    if a.time == b.time:
+        return True
+    coarse = a.time.microsecond == 0 or b.time.microsecond == 0
+    if coarse and a.time.replace(microsecond=0) == b.time.replace(microsecond=0):
+        return True
+    watchdog = a.attrs.get("error_form") == "nccl-watchdog" and b.attrs.get("error_form") == "nccl-watchdog"
+    return watchdog and abs((a.time - b.time).total_seconds()) < WATCHDOG_POLL_S
+
+
 def _close_after(first: Event, then: Event, seconds: float = 30) -> bool:
     if first.time is None or then.time is None:
         return first.source == then.source
@@ -300,7 +332,7 @@ def _close_after(first: Event, then: Event, seconds: float = 30) -> bool:
 
 def _same_failure(candidates: list[Candidate], event: Event) -> bool:
     """Several ranks reporting one same failure at one same second: no rank is first."""
-    same = [c for c in candidates if c.event.time == event.time and c.event.kind == event.kind and c.rank is not None]
+    same = [c for c in candidates if _same_time(c.event, event) and c.event.kind == event.kind and c.rank is not None]
     return len({c.rank for c in same}) > 1 and event.kind not in (Kind.XID, Kind.DEVICE_ASSERT, Kind.SANITIZER)
 
 

@@ -23,6 +23,7 @@ _CUDA_HINT = re.compile(r"CUDA|cuda|CUBLAS|CUDNN|NCCL|nccl|Cuda|illegal memory|d
 _RELAY_TYPES = {"ChildFailedError": Kind.CHILD_FAILED, "EngineDeadError": Kind.ENGINE_DEAD,
                 "AsyncEngineDeadError": Kind.ENGINE_DEAD, "MQEngineDeadError": Kind.ENGINE_DEAD,
                 "EngineGenerateError": Kind.ENGINE_DEAD, "RayActorError": Kind.WORKER_DIED,
+                "RayTaskError": Kind.ENGINE_WORKER_FAILED, "ProcessRaisedException": Kind.CHILD_FAILED,
                 "ActorDiedError": Kind.WORKER_DIED, "ActorUnavailableError": Kind.WORKER_DIED,
                 "WorkerCrashedError": Kind.WORKER_DIED, "BrokenProcessPool": Kind.WORKER_DIED,
                 "DistNetworkError": Kind.PEER_FAILURE, "KeyboardInterrupt": Kind.SIGNAL_RECEIVED,

@@ -91,7 +91,7 @@ class EventFactory:
             attrs.setdefault("repeated", env.repeat)
         rank = env.rank if env.rank is not None else (rec.rank if rec is not None else None)
         if rank is None:
-            rank = _rank_in(message)
+            rank = _rank_in(rec.message if rec is not None and rec.message else message)
         pid = env.pid if env.pid is not None else (rec.pid if rec is not None else None)
         subject = attrs.get("subject_pid")
         if pid is None and isinstance(subject, int) and kind in (Kind.XID, Kind.OOM, Kind.FATAL_SIGNAL,
@@ -111,6 +111,33 @@ def _rank_in(message: str) -> int | None:
         if m:
             return int(m.group("rank"))
     return None
+
+
+ESCAPED_TB = "Traceback (most recent call last):\\n"
+_ESCAPES = re.compile(r"\\(\\|n|t|'|\")")
+
+
+def unescape_traceback(text: str) -> list[str]:
+    """The lines of the traceback string literal that starts at ``ESCAPED_TB`` in
+    ``text`` (up to its closing quote, else the end of the line)."""
+    start = text.index(ESCAPED_TB)
+    quote = text[start - 1] if start and text[start - 1] in "'\"" else None
+    end = len(text)
+    if quote:
+        pos = start
+        while True:
+            pos = text.find(quote, pos)
+            if pos < 0:
+                break
+            before = pos - 1
+            while before >= start and text[before] == "\\":
+                before -= 1
+            if (pos - 1 - before) % 2 == 0:       # not itself escaped
+                end = pos
+                break
+            pos += 1
+    body = _ESCAPES.sub(lambda m: {"n": "\n", "t": "\t"}.get(m.group(1), m.group(1)), text[start:end])
+    return [piece for piece in body.split("\n") if piece.strip()]
 
 
 class TextParser:
@@ -216,7 +243,7 @@ class _Run:
                     self._count(other.format)
                     return
 
-        if TB_AT_END in text and not text.startswith(TB_AT_END):
+        if TB_AT_END in text and not text.startswith(TB_AT_END) and text.rstrip().endswith(TB_AT_END):
             # "... Scheduler hit an exception: Traceback (most recent call last):": the
             # message is an event of its own, the traceback follows (raw, for SGLang)
             self._single(line, rec, text.partition(TB_AT_END)[0].rstrip(": "))
@@ -238,6 +265,8 @@ class _Run:
     def _single(self, line: Line, rec: Record, text: str) -> None:
         out = self.out
         self._count(rec.format)
+        if ESCAPED_TB in text:
+            self._escaped_traceback(line, rec, text)
         decided = classify.message_kind(text, rec.level) if text else None
         if decided is not None:
             kind, severity, attrs, traffic = decided
@@ -258,6 +287,17 @@ class _Run:
             self._traffic(line, rec, f"{rec.format}:{rec.fileinfo or rec.logger or ''}:{rec.lineno or ''}", {})
         else:
             out.count_unparsed(line.lineno, line.text)
+
+    def _escaped_traceback(self, line: Line, rec: Record, text: str) -> None:
+        """A traceback kept as an escaped string inside one line (a dict's repr, a JSON
+        log field): its lines parsed as the traceback they were, under this record."""
+        from forensics.parsers.text import traceback
+        block = traceback.TracebackBlock(header=None)
+        for piece in unescape_traceback(text):
+            block.accepts(piece, line.lineno, None)
+        result = block.close(self.make.at(line, rec))
+        self.out.events.extend(result.events)
+        self.out.problems.extend(result.problems)
 
     def _continue_error(self, line: Line, text: str) -> None:
         """A raw line continuing the last error line's message (c10's advice lines,

@@ -72,6 +72,8 @@ class TracebackBlock:
     linenos: list[int] = field(default_factory=list)
     in_message: bool = False        # past the exception line, reading message continuations
     after_chain: bool = False       # just saw a chain marker: the next traceback belongs here
+    quoting: bool = False           # the message quotes another process's traceback (raw lines follow)
+    flat_frame: bool = False        # the last line was a frame line at column 0 (indentation lost)
     overflow: int = 0               # lines past MAX_BLOCK_LINES, counted not kept
     overflow_linenos: list[int] = field(default_factory=list)
     format = "python-traceback"
@@ -84,6 +86,10 @@ class TracebackBlock:
             if len(self.overflow_linenos) < 1:
                 self.overflow_linenos.append(lineno)
             return True
+        if self.flat_frame and not FRAME.match(text) and not EXCEPTION_LINE.match(text) \
+                and not text.startswith(TB_HEADER) and text.strip() not in CHAIN_MARKERS:
+            text = "    " + text.lstrip()     # a code line whose indentation a paste lost
+        self.flat_frame = text.startswith('File "')
         self.lines.append(text)
         self.linenos.append(lineno)
         self._advance(text)
@@ -105,6 +111,12 @@ class TracebackBlock:
             return True
         if self.after_chain and (stripped.startswith(TB_HEADER) or not stripped):
             return True
+        if not self.quoting and knowledge.quoted_process(stripped):
+            self.quoting = True    # "-- Process 1 terminated with the following error:"
+            return True
+        if self.quoting and (stripped.startswith(TB_HEADER) or FRAME.match(text) or text[:1].isspace()
+                             or EXCEPTION_LINE.match(text)):
+            return True       # the quoted traceback
         if text.startswith(TB_HEADER) or text.startswith(UNRAISABLE):
             return False      # a new, separate traceback
         if header is not None and header == self.header:
@@ -147,8 +159,33 @@ class TracebackBlock:
         if self.overflow:
             problems.append(f"line {self.linenos[0]}: a traceback of more than {MAX_BLOCK_LINES:,} lines; "
                             f"{self.overflow:,} lines after that were counted, not read")
-        event = traceback_event(chain, len(self.lines) + self.overflow, make)
-        return BlockResult([event], used + blank, unparsed, problems, self.overflow)
+        nlines = len(self.lines) + self.overflow
+        local = tuple(e for e in chain if e.chained_by != "remote")
+        events = [traceback_event(local, nlines, make)]
+        for i, exc in enumerate(chain):
+            if exc.chained_by == "remote" and i > 0:
+                events.append(_quoted(exc, chain[i - 1], events[0], nlines, make))
+        return BlockResult(events, used + blank, unparsed, problems, self.overflow)
+
+
+def _quoted(exc: PyException, quoting: PyException, local, nlines: int, make):
+    """The failure of another process whose traceback ``quoting``'s message carries
+    (Ray's RayTaskError, torch.multiprocessing's ProcessRaisedException): an event of
+    that process, identified as the message names it, else of the quoting process."""
+    from dataclasses import replace
+    from forensics.events import freeze
+    from forensics.parsers.text.classify import traceback_event
+    event = traceback_event((replace(exc, chained_by=None),), nlines, make)
+    who = knowledge.quoted_process(quoting.message) or {}
+    changes = {}
+    if "pid" in who:
+        changes.update(pid=int(who["pid"]), rank=None, host=who.get("ip"), process=who.get("process"))
+    if "rank" in who:
+        changes.update(rank=int(who["rank"]))
+        if "pid" not in who:
+            changes.update(pid=None, process=None)
+    return replace(event, **changes, attrs=freeze({**event.attrs, "quoted_in": local.where,
+                                                    "quoted_by": who.get("id")}))
 
 
 def start(text: str, header: tuple | None) -> TracebackBlock | None:
@@ -165,8 +202,8 @@ class _ToExceptions(Transformer):
             if isinstance(item, str):
                 link = item
             else:
-                chain.append(PyException(item.type, item.message, item.frames, item.unraisable_in, link,
-                                         item.header_missing, item.cut))
+                chain.append(PyException(item.type, item.message, item.frames, item.unraisable_in,
+                                         link or item.chained_by, item.header_missing, item.cut))
                 link = None
         return tuple(chain)
 
@@ -184,6 +221,14 @@ class _ToExceptions(Transformer):
     def cut_segment(self, *items):
         unraisable, has_header, frames, _ = self._parts(items)
         return PyException("", "", frames, unraisable, header_missing=not has_header, cut=True)
+
+    def remote(self, *items):
+        _, _, frames, exc = self._parts(items)
+        return PyException(exc.type, exc.message, frames, chained_by="remote")
+
+    def cut_remote(self, *items):
+        _, _, frames, _ = self._parts(items)
+        return PyException("", "", frames, chained_by="remote", cut=True)
 
     def bare_unraisable(self, unraisable):
         return PyException("", "", (), unraisable[1], cut=True)
