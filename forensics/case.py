@@ -89,7 +89,7 @@ def analyze(*paths, kb_dirs: list[str] | None = None, on_source: Callable[[Sourc
     def forced(source: Source) -> Source:
         if kind is None or not source.readable or source.kind.startswith("archive-"):
             return source
-        reader = registry.FORCEABLE[kind]
+        reader = registry.forceable()[kind]
         return dataclasses.replace(source, kind=reader, forced=kind,
                                    problems=source.problems + (f"{source.relpath}: read as {kind} (--kind)",))
 
@@ -118,12 +118,12 @@ def analyze_parsed(parsed: list[ParsedSource], kb_entries=None, walk: Walk | Non
     events = timeline.order([p.events for p in parsed])
     events, notes = timeline.set_aside_earlier_runs(events)
     current = [e for e in events if not e.attrs.get("earlier_run")]
-    table = timeline.ProcessTable.learn(current)
-    events = [table.resolve(e) for e in events]
+    traffic = tuple(t for p in parsed for t in p.traffic)
+    table = timeline.ProcessTable.learn(current, traffic)
+    events = timeline.adopt_crash_dumps([table.resolve(e) for e in events], table)
     current = tuple(e for e in events if not e.attrs.get("earlier_run"))
     facts = tuple(SourceFacts(p.relpath, p.kind, tuple(p.formats), bool(set(p.formats) & TOOL_FORMATS))
                   for p in parsed)
-    traffic = tuple(t for p in parsed for t in p.traffic)
     evidence = Evidence(events=current, processes=table, sources=facts, kb_entries=tuple(kb_entries or ()),
                         traffic=traffic, notes=tuple(notes))
     verdict = rules.run(evidence)

@@ -23,8 +23,8 @@ FORMATS = ("terminal", "json", "markdown", "html")
 
 
 def _forceable() -> list[str]:
-    from forensics.parsers.registry import FORCEABLE
-    return sorted(FORCEABLE)
+    from forensics.parsers.registry import forceable
+    return sorted(forceable())
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -283,8 +283,8 @@ def rules() -> None:
 @main.command()
 def formats() -> None:
     """Every input format forensics reads, and what --kind accepts."""
-    from forensics.parsers.registry import FORMATS as ALL
-    for fmt in ALL:
+    from forensics.parsers.registry import formats as all_formats
+    for fmt in all_formats():
         click.echo(f"{fmt.name:24} {fmt.kind:9} {fmt.what}")
 
 

@@ -21,6 +21,10 @@ from datetime import datetime
 from forensics import knowledge
 from forensics.events import Event, Kind, freeze
 
+# vLLM V0 (LLMEngine, "Initializing an LLM engine (v0.x)"): the engine process prints its
+# records without a process prefix and runs the driver worker, rank 0, in-process.
+V0_ENGINE = "rank:0"
+
 ROLE_PRIORITY = {"worker": 0, "engine-core": 1, "api-server": 2, "launcher": 3}
 
 # Per-rank files, as launchers and users name them: worker_TP2.log, rank2.log, rank-2,
@@ -44,6 +48,25 @@ class ProcessInfo:
     sources: set[str] = field(default_factory=set)
 
 
+def _vllm_v0(event: Event) -> bool:
+    """A line that says the engine is vLLM's V0 LLMEngine: its config line without
+    "V1", or a version before 0.8 (V1 became the default engine in 0.8)."""
+    message_id = event.attrs.get("message_id")
+    if message_id == "engine-config" and event.attrs.get("engine") in (None, "V0"):
+        return True
+    if message_id in ("api-server-version", "logo-version"):
+        match = re.match(r"0\.(\d+)\.", str(event.attrs.get("vllm_version") or ""))
+        return bool(match) and int(match.group(1)) < 8
+    return False
+
+
+def _vllm_v1(event: Event) -> bool:
+    """A line only vLLM's V1 engine prints: its config line, its process names."""
+    if event.attrs.get("message_id") == "engine-config" and str(event.attrs.get("engine") or "").startswith("V1"):
+        return True
+    return bool(event.process) and event.process.startswith(("EngineCore", "VllmWorker rank=", "Worker_", "VllmWorker TP"))
+
+
 def rank_from_path(path: str) -> int | None:
     for pattern in _RANK_FILE:
         match = pattern.search(path)
@@ -59,14 +82,20 @@ class ProcessTable:
         self.by_key: dict[str, ProcessInfo] = {}
         self._pid_key: dict[tuple[str | None, int], str] = {}
         self._file_rank: dict[str, int] = {}
+        self._v0_sources: set[str] = set()
+        self._shared_pids: set[tuple[str | None, int]] = set()
 
     # -- learning ------------------------------------------------------------------
 
     @classmethod
-    def learn(cls, events: list[Event]) -> "ProcessTable":
+    def learn(cls, events: list[Event], traffic=()) -> "ProcessTable":
+        """Identities from every event, and from the writers of ordinary traffic (a rank
+        that printed only INFO lines is still a process of the run)."""
         table = cls()
-        table._learn_files(events)
-        for event in events:
+        writers = [Event(kind=Kind.LOG, message="", source=t.source, line=t.first_line, pid=t.pid, process=t.process,
+                         rank=t.rank, host=t.host) for t in traffic if t.pid is not None or t.process or t.rank is not None]
+        table._learn_files(list(events) + writers)
+        for event in list(events) + writers:
             table._learn(event)
         table._join_ranks()
         table._join_same_failure(events)
@@ -76,13 +105,25 @@ class ProcessTable:
         """A file written by one process without prefixes: its identity line (or its
         name) gives the rank of all its lines."""
         per_file: dict[str, dict] = {}
+        ranks_of_pid: dict[tuple, set[int]] = {}
+        v1_sources: set[str] = set()
         for event in events:
+            if _vllm_v1(event):
+                v1_sources.add(event.source)
+            if event.pid is not None and event.rank is not None:
+                ranks_of_pid.setdefault((event.host, event.pid), set()).add(event.rank)
+            if _vllm_v0(event):
+                self._v0_sources.add(event.source)
             facts = per_file.setdefault(event.source, {"prefixed": False, "ranks": set()})
             if event.pid is not None or event.process or event.rank is not None:
                 facts["prefixed"] = True
             if event.kind == Kind.PROCESS_IDENTITY and isinstance(event.attrs.get("rank"), int) \
                     and event.pid is None and not event.process:
                 facts["ranks"].add(event.attrs["rank"])
+        # one pid printing for several ranks is a parent relaying its children's output
+        # (a Ray actor's prefix over SGLang's schedulers): the ranks are the processes
+        self._shared_pids = {key for key, ranks in ranks_of_pid.items() if len(ranks) > 1}
+        self._v0_sources -= v1_sources
         for source, facts in per_file.items():
             if facts["prefixed"]:
                 continue
@@ -94,6 +135,10 @@ class ProcessTable:
                     self._file_rank[source] = hinted
 
     def _key_of(self, event: Event) -> str | None:
+        if self._v0_engine(event):
+            return V0_ENGINE
+        if event.pid is not None and event.rank is not None and (event.host, event.pid) in self._shared_pids:
+            return f"rank:{event.rank}" + (f"@{event.host}" if event.host else "")
         if event.pid is not None:
             return self._pid_key.get((event.host, event.pid)) or self._pid_key.get((None, event.pid)) or \
                 f"pid:{event.pid}" + (f"@{event.host}" if event.host else "")
@@ -112,6 +157,10 @@ class ProcessTable:
             info = self.by_key[key] = ProcessInfo(key)
         return info
 
+    def _v0_engine(self, event: Event) -> bool:
+        return event.pid is None and not event.process and event.source in self._v0_sources \
+            and bool(event.attrs.get("logged_at")) and event.rank in (None, 0)
+
     def _learn(self, event: Event) -> None:
         self._learn_subjects(event)
         key = self._key_of(event)
@@ -119,6 +168,13 @@ class ProcessTable:
             return
         info = self._info(key)
         info.sources.add(event.source)
+        if (event.host, event.pid) in self._shared_pids and event.rank is not None:
+            event = replace(event, pid=None)          # the relaying parent's pid is not this rank's
+        if key == V0_ENGINE and self._v0_engine(event):
+            info.name, info.role = info.name or "LLMEngine", info.role or "worker"
+            if info.rank is None:
+                info.rank, info.rank_basis = 0, ("vLLM V0: records without a process prefix come from the engine "
+                                                 "process, whose driver worker is rank 0")
         if event.pid is not None:
             info.pid = info.pid or event.pid
             info.pids.add(event.pid)
@@ -281,6 +337,37 @@ class ProcessTable:
         if rank == event.rank and role == event.role and pid == event.pid:
             return event
         return replace(event, rank=rank, role=role, pid=pid)
+
+
+def adopt_crash_dumps(events: list[Event], table: ProcessTable) -> list[Event]:
+    """A crash dump printed without any prefix (faulthandler's "Fatal Python error:
+    Segmentation fault", PyTorch's segfault banner) takes the identity of the one
+    process a launcher or an executor reports killed by that signal.  With several such
+    processes (or none) it stays unsigned."""
+    died: dict[str, set[int]] = {}
+    for event in events:
+        pids_codes = []
+        if event.kind in (Kind.CHILD_FAILED, Kind.WORKER_DIED, Kind.EXIT):
+            pids_codes.append((event.attrs.get("subject_pid"), event.attrs.get("exit_code")))
+        elif event.kind == Kind.LAUNCHER_SUMMARY:
+            for failure in [event.attrs.get("root_cause") or {}] + list(event.attrs.get("failures") or []):
+                pids_codes.append((failure.get("pid"), failure.get("exit_code")))
+        for pid, code in pids_codes:
+            if isinstance(pid, int) and isinstance(code, int) and (code < 0 or 128 < code < 160):
+                died.setdefault(knowledge.signal_name(-code if code < 0 else code - 128), set()).add(pid)
+    if not died:
+        return events
+    out = []
+    for event in events:
+        signal = event.attrs.get("signal_name")
+        if event.kind == Kind.FATAL_SIGNAL and event.pid is None and event.rank is None and not event.process \
+                and len(died.get(signal, ())) == 1:
+            pid = next(iter(died[signal]))
+            info = table.by_pid(pid)
+            event = replace(event, pid=pid, rank=info.rank if info else None, role=info.role if info else None,
+                            attrs=freeze({**event.attrs, "identity_from": f"the only process killed by {signal}"}))
+        out.append(event)
+    return out
 
 
 def order(events_by_source: list[list[Event]]) -> list[Event]:

@@ -30,6 +30,7 @@ class Status(str, enum.Enum):
 
     ORIGIN = "origin"          # its own device work faulted
     SURFACED = "surfaced"      # it reported the (sticky) error; its origin is not shown elsewhere
+    FAILED = "failed"          # it failed on its own without a CUDA error (a crash signal, OOM, an exception)
     COLLATERAL = "collateral"  # it went down because a peer or its parent did
     HEALTHY = "healthy"        # no failure at all
     UNKNOWN = "unknown"        # killed from outside, hung, or the inputs cannot tell

@@ -185,7 +185,9 @@ class Normaliser:
                     if not match:
                         continue
                     _take(fields, match)
-                    text = text[:match.start()]
+                    # a `cut` group marks where the wrapper starts when the pattern must
+                    # look at the whole line to know it applies
+                    text = text[:match.start("cut") if "cut" in match.groupdict() else match.start()]
                 else:
                     match = wrapper.pattern.match(text)
                     if not match or not _acceptable(wrapper, match):
@@ -223,7 +225,7 @@ _NESTING = {"process-prefix": {"pid", "process", "host"}, "torch-rank": {"rank"}
 
 def _take(fields: dict, match: re.Match, override: set = frozenset()) -> None:
     for key, value in match.groupdict().items():
-        if value is None or key in ("body", "partial", "tag"):
+        if value is None or key in ("body", "partial", "tag", "cut"):
             continue
         if ("host" if key == "ip" else key) in override:
             fields.pop("host" if key == "ip" else key, None)

@@ -25,6 +25,8 @@ class Traffic:
     pid: int | None
     rank: int | None
     template: str
+    source: str = ""
+    host: str | None = None
     count: int = 0
     first: datetime | None = None
     last: datetime | None = None

@@ -1,87 +1,66 @@
-"""The format registry: every input format forensics reads, declared once.
-
-Each format names its grammar, the module that reads it and how it is recognised:
+"""The format registry: every input format forensics reads, declared once in
+data/formats.toml (name, kind, grammar, reader, what it is, sample lines).
 
 - ``line`` formats are record headers (vLLM, c10/glog, SGLang, NCCL ...): tried on
-  every line by ``parsers/text/lines.py``, in the order given there;
+  every line by ``parsers/text/lines.py`` in registry order;
 - ``block`` formats start on a line and run for as long as lines keep their shape (a
   traceback, a faulthandler dump, a native crash, a launcher summary): recognised per
-  stream, anywhere inside an input, in the order below;
+  stream, anywhere inside an input, in registry order;
 - ``collector`` formats gather one tool's lines from a whole input (compute-sanitizer
   reports are collapsed across the file; a cuda-gdb transcript's stops span lines);
 - ``binary`` formats are whole files recognised by their magic (core dumps, the
-  sanitizer's XML).
+  sanitizer's XML) and the text reader that reads everything else.
 
-Sample lines of every format live in data/formats.toml and are parsed by
-tests/test_registry.py.  Adding a format: its grammar, its module, one entry here, and
-its samples.
+Adding a format: its grammar and one entry in data/formats.toml (a block or binary
+format also needs the module its ``reader`` names).  tests/test_registry.py parses
+every sample of every format.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
 
-from forensics.parsers.text import launcher, native, stackdump, warning
-from forensics.parsers.text import traceback as tb
+from forensics import knowledge
 
 
 @dataclass(frozen=True)
 class Format:
     name: str
     kind: str                       # line | block | collector | binary
-    grammar: str | None
-    reader: str                     # module (and class for binary readers) that reads it
     what: str
+    grammar: str | None = None
+    reader: str | None = None       # module (and :Class for binary readers) that reads it
+    guard: str | None = None        # line formats: the regex that delimits the header
+    cache: bool = True
+    joins: bool = True
+    samples: tuple[dict, ...] = field(default=(), compare=False)
 
 
-FORMATS: tuple[Format, ...] = (
-    Format("vllm", "line", "vllm_record", "forensics.parsers.text.lines", "vLLM logger records, 0.4 - 0.33"),
-    Format("glog", "line", "glog", "forensics.parsers.text.lines", "c10 / glog lines (ProcessGroupNCCL, elastic agent)"),
-    Format("sglang", "line", "sglang", "forensics.parsers.text.lines", "SGLang's [date time DPn TPn EPn] envelope"),
-    Format("nccl", "line", "nccl", "forensics.parsers.text.lines", "NCCL_DEBUG lines host:pid:tid [dev] NCCL LEVEL"),
-    Format("trtllm", "line", "tensorrt_llm", "forensics.parsers.text.lines", "TensorRT-LLM and TensorRT loggers"),
-    Format("uvicorn", "line", "uvicorn", "forensics.parsers.text.lines", "uvicorn's access and lifecycle lines"),
-    Format("pylog", "line", "python_logging", "forensics.parsers.text.lines", "Python logging (launchers, Ray)"),
-    Format("kernel", "line", "kernel_log", "forensics.parsers.text.lines", "dmesg, dmesg -T, journalctl -k, syslog"),
-    Format("python-traceback", "block", "python_traceback", "forensics.parsers.text.traceback",
-           "Python tracebacks, chained, unraisable, and fragments without a header"),
-    Format("faulthandler", "block", "python_faulthandler", "forensics.parsers.text.stackdump",
-           "CPython faulthandler dumps (crashes and timeouts)"),
-    Format("py-spy", "block", "py_spy", "forensics.parsers.text.stackdump", "py-spy dump of a live process"),
-    Format("native-exception", "block", "native_crash", "forensics.parsers.text.native",
-           "std::terminate with what(), PyTorch's segfault banner, absl's signal handler"),
-    Format("python-warning", "block", None, "forensics.parsers.text.warning",
-           "warnings.showwarning output: location, message, source line (noise)"),
-    Format("torchrun-summary", "block", "torchrun_summary", "forensics.parsers.text.launcher",
-           "torch.distributed.elastic's ChildFailedError summary"),
-    Format("compute-sanitizer", "collector", "compute_sanitizer", "forensics.parsers.sanitizer.text",
-           "compute-sanitizer text reports, collapsed per kernel and PC"),
-    Format("cuda-gdb", "collector", "cuda_gdb", "forensics.parsers.text.cuda_gdb",
-           "cuda-gdb transcripts: exception stops, focus, info tables"),
-    Format("compute-sanitizer-xml", "binary", None, "forensics.parsers.sanitizer.xml:SanitizerXmlParser",
-           "compute-sanitizer --xml output"),
-    Format("cuda-coredump", "binary", None, "forensics.parsers.coredumps.gpu:CudaCoredumpParser",
-           "CUDA GPU core dumps (.nvcudmp)"),
-    Format("elf-core", "binary", None, "forensics.parsers.coredumps.cpu:ElfCoreParser", "Linux CPU core dumps"),
-    Format("text", "binary", None, "forensics.parsers.text.stream:TextParser", "any text input"),
-)
+@functools.lru_cache(maxsize=None)
+def formats() -> tuple[Format, ...]:
+    out = []
+    for entry in knowledge.load("formats")["format"]:
+        out.append(Format(name=entry["name"], kind=entry["kind"], what=entry["what"], grammar=entry.get("grammar"),
+                          reader=entry.get("reader"), guard=entry.get("guard"), cache=entry.get("cache", True),
+                          joins=entry.get("joins", True), samples=tuple(entry.get("samples", ()))))
+    return tuple(out)
 
-# Block formats in the order their start is tried on a line that no open block took.
-_STARTERS: tuple[Callable[[str, Any], Any], ...] = (
-    lambda text, header: stackdump.start(text),
-    lambda text, header: native.start(text),
-    lambda text, header: launcher.start(text),
-    lambda text, header: warning.start(text),
-    tb.start,
-)
+
+def formats_of_kind(kind: str) -> tuple[Format, ...]:
+    return tuple(f for f in formats() if f.kind == kind)
+
+
+@functools.lru_cache(maxsize=None)
+def _starters() -> tuple:
+    return tuple(importlib.import_module(f.reader).start for f in formats_of_kind("block"))
 
 
 def start_block(text: str, header: tuple | None):
-    """The block that starts at this line, if any."""
-    for starter in _STARTERS:
-        block = starter(text, header)
+    """The block that starts at this line, if any (block formats in registry order)."""
+    for start in _starters():
+        block = start(text, header)
         if block is not None:
             return block
     return None
@@ -89,12 +68,14 @@ def start_block(text: str, header: tuple | None):
 
 def reader_for(source_kind: str):
     """A new reader object (``.parse(Source) -> ParsedSource``) for a source kind."""
-    entry = next((f for f in FORMATS if f.kind == "binary" and f.name == source_kind), None)
+    entry = next((f for f in formats_of_kind("binary") if f.name == source_kind), None)
     if entry is None:
         return None
     module, _, cls = entry.reader.partition(":")
     return getattr(importlib.import_module(module), cls)()
 
 
-# --kind values a user may force (text formats are all read by the text reader)
-FORCEABLE: dict[str, str] = {f.name: ("text" if f.kind != "binary" else f.name) for f in FORMATS}
+def forceable() -> dict[str, str]:
+    """--kind values a user may force -> the reader kind (text formats are all read by
+    the text reader)."""
+    return {f.name: ("text" if f.kind != "binary" else f.name) for f in formats()}

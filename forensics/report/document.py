@@ -157,7 +157,7 @@ def evidence_excerpts(case: "Case") -> list[dict]:
     for s in v.surfaces:
         add(f"surface on {'rank ' + str(s.rank) if s.rank is not None else 'pid ' + str(s.pid)}", s.source)
     for r in v.ranks:
-        if r.first_error_source and r.status.value in ("collateral", "unknown", "surfaced"):
+        if r.first_error_source and r.status.value in ("collateral", "unknown", "surfaced", "failed"):
             add(f"{'rank ' + str(r.rank) if r.rank is not None else (r.name or r.role)}: {r.status.value}",
                 r.first_error_source)
     return [{"label": label, "source": e.where, "text": excerpt(e)} for label, e in wanted[:24]]

@@ -28,7 +28,7 @@ THEME = Theme({
     "check.pass": "green", "check.fail": "bold red", "check.unknown": "dim", "likely": "bold yellow",
     "possible": "yellow", "source": "dim",
 })
-STATUS_STYLE = {"origin": "origin", "surfaced": "surface", "collateral": "collateral", "healthy": "healthy",
+STATUS_STYLE = {"origin": "origin", "surfaced": "surface", "failed": "surface", "collateral": "collateral", "healthy": "healthy",
                 "unknown": "unknown"}
 FAILURE_KINDS = {"cuda-error", "device-assert", "worker-died", "oom", "sanitizer", "cuda-gdb", "fatal-signal",
                  "peer-failure", "xid", "core-dump", "exception"}

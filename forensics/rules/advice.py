@@ -218,6 +218,13 @@ def headline(verdict) -> str:
         return "No failure found in the inputs."
     parts = [_what(verdict)]
     origin, first = verdict.origin, verdict.first_failure
+    if verdict.hang is not None and first is not None:
+        # a hang has no surface: say who did not join, or that the logs cannot tell
+        parts.append(f"- {first.what}" if first.rank is not None else "- the late rank is unknown")
+        line = " ".join(parts)
+        if verdict.known_issues:
+            line += f"; {verdict.known_issues[0].likelihood} known issue {verdict.known_issues[0].id}"
+        return line
     if origin is not None and origin.kernel:
         parts.append(f"in {origin.kernel} on {rank_label(origin.rank, origin.pid)} ({origin.confidence} confidence)")
     elif verdict.failure_kind == FailureKind.RELAY_ONLY:
@@ -231,7 +238,7 @@ def headline(verdict) -> str:
     elif first is not None:
         parts.append("- first failing rank unknown")
     if verdict.surfaces:
-        s = verdict.surfaces[0]
+        s = _surface_of_first(verdict)
         where = f"{s.file.rsplit('/', 1)[-1]}:{s.line} {s.function or ''}".strip() if s.file else None
         if where:
             parts.append(f"- surfaced at {where}" + (f" ({s.api})" if s.api else ""))
@@ -240,6 +247,17 @@ def headline(verdict) -> str:
         k = verdict.known_issues[0]
         line += f"; {k.likelihood} known issue {k.id}: {k.workaround}"
     return line
+
+
+def _surface_of_first(verdict):
+    """The surface of the rank that failed first, else the earliest surface."""
+    first = verdict.first_failure
+    if first is not None:
+        for s in verdict.surfaces:
+            if (first.pid is not None and s.pid == first.pid) or (first.pid is None and first.rank is not None
+                                                                   and s.rank == first.rank):
+                return s
+    return verdict.surfaces[0]
 
 
 def summary(verdict) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics import knowledge
-from forensics.events import OWN_FAILURE, RELAY, Event, Kind
+from forensics.events import OWN_FAILURE, RELAY, Event, Kind, freeze
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.timeline import ProcessInfo
 from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status
@@ -49,12 +49,29 @@ def _own_failures(evidence: Evidence) -> list[Event]:
 
 def _deaths(evidence: Evidence) -> list[tuple[Event, int | None, int | None, str]]:
     """(event, pid, rank, words) for processes a relay reports dead on their own."""
+    from dataclasses import replace
     out = []
     table = evidence.processes
+    summarised: set[int] = set()
+    # a launcher summary's failures killed by a signal, each at the time the summary gives
+    for event in evidence.of_kind(Kind.LAUNCHER_SUMMARY):
+        for failure in [event.attrs.get("root_cause") or {}] + list(event.attrs.get("failures") or []):
+            code, pid = failure.get("exit_code"), failure.get("pid")
+            if _signal_number(code) not in _CRASH_SIGNALS or not isinstance(pid, int) or pid in summarised:
+                continue         # SIGTERM/SIGKILL: the launcher stopping the others
+            summarised.add(pid)
+            info = table.by_pid(pid)
+            rank = info.rank if info and info.rank is not None else failure.get("rank")
+            derived = replace(event, kind=Kind.CHILD_FAILED, time=failure.get("failed_at") or event.time,
+                              attrs=freeze({"exit_code": code, "subject_pid": pid, "subject_rank": rank,
+                                            "from_summary": event.where}))
+            out.append((derived, pid, rank, death_words(f"pid {pid}", code)))
     for event in evidence.of_kind(*DEATHS):
         code = event.attrs.get("exit_code")
         if event.kind == Kind.CHILD_FAILED and not (isinstance(code, int) and code < 0):
             continue                        # exit code 1: it raised; its own traceback tells more
+        if event.attrs.get("subject_pid") in summarised:
+            continue
         info = table.by_pid(event.attrs.get("subject_pid")) if event.attrs.get("subject_pid") is not None else \
             table.by_name(event.attrs.get("subject_process"))
         if info is None and isinstance(event.attrs.get("subject_rank"), int):
@@ -90,7 +107,7 @@ class CollectiveHang(Rule):
     def predicate(self, evidence: Evidence, verdict: VerdictView) -> bool:  # noqa: D102
         timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if e.attrs.get("from_rank") is None]
         return bool(timeouts) and not _own_failures(evidence) and \
-            not [d for d in _deaths(evidence) if not _timeout_death(d[0])]
+            not [d for d in _deaths(evidence) if not _timeout_death(d[0], _first_timeout(evidence))]
 
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
         timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if not e.attrs.get("earlier_run")
@@ -117,9 +134,17 @@ class CollectiveHang(Rule):
                         + (f"; it was {doing}" if doing else "") + ".")
 
 
-def _timeout_death(event: Event) -> bool:
+def _first_timeout(evidence: Evidence):
+    times = [e.time for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if e.time is not None]
+    return min(times) if times else None
+
+
+def _timeout_death(event: Event, first_timeout=None) -> bool:
     """A worker that aborted (SIGABRT: the watchdog takes the process down after a
-    timeout) or was stopped (SIGTERM) by its launcher: part of a hang, not a cause."""
+    timeout), was stopped (SIGTERM) by its launcher, or was reported dead after the
+    collectives had already timed out: part of a hang, not a cause."""
+    if first_timeout is not None and event.time is not None and event.time >= first_timeout:
+        return True
     code = event.attrs.get("exit_code")
     return isinstance(code, int) and code in (-6, -15, 134, 143)
 
@@ -131,6 +156,13 @@ def expected_ranks(evidence: Evidence, environment) -> set[int]:
     size = environment.get("world_size") or environment.get("tensor_parallel_size")
     if isinstance(size, int) and 1 < size <= 4096:
         ranks |= set(range(size))
+    return ranks | stopped_ranks(evidence, ranks)
+
+
+def stopped_ranks(evidence: Evidence, known: set[int] = frozenset()) -> set[int]:
+    """Ranks a launcher shows going down with the job: those its summary lists, and
+    the local ranks of a node whose agent stopped the other workers after one failed."""
+    ranks: set[int] = set()
     for event in evidence.of_kind(Kind.LAUNCHER_SUMMARY):
         for failure in [event.attrs.get("root_cause") or {}] + list(event.attrs.get("failures") or []):
             if isinstance(failure.get("rank"), int):
@@ -146,7 +178,7 @@ def expected_ranks(evidence: Evidence, environment) -> set[int]:
                  if e.attrs.get("subject_pid") is not None and e.attrs.get("signal")}
     if failed_local and signalled and len(evidence.of_kind(Kind.LAUNCHER_SUMMARY)) <= 1:
         nproc = len(signalled) + len(failed_local)
-        if max(failed_local) < nproc and all(r < nproc for r in ranks):
+        if max(failed_local) < nproc and all(r < nproc for r in ranks | set(known)):
             ranks |= set(range(nproc))
     return ranks
 
@@ -228,6 +260,7 @@ class FirstFailureRule(Rule):
         key = lambda c: (c.event.time is None, c.event.time or 0, _WEIGHT.get(c.event.kind, 6), c.event.seq)  # noqa: E731
         earliest = min(candidates, key=key)
         unsigned_same_time = None
+        kind_event = None
         if earliest.rank is None:
             # a line no rank signed (a native library's stderr, the engine core relaying a
             # worker's native error): when a rank's own failure follows it closely, that
@@ -239,6 +272,10 @@ class FirstFailureRule(Rule):
                     if _same_time(earliest.event, best.event) and earliest.pid != best.pid and \
                             earliest.event.source == best.event.source and earliest.event.line < best.event.line:
                         unsigned_same_time = earliest
+                    if earliest.event.kind == Kind.FATAL_SIGNAL and best.event.kind in (Kind.WORKER_DIED,
+                                                                                        Kind.CHILD_FAILED):
+                        # the unsigned crash dump is how the dead worker died
+                        kind_event = earliest.event
                     earliest = best
         event = earliest.event
         tied = sorted({c.rank for c in candidates if _same_time(c.event, event)
@@ -268,7 +305,7 @@ class FirstFailureRule(Rule):
                       "failed earlier - this cannot be ruled out")
         verdict.first_failure = FirstFailure(rank, earliest.pid if rank is not None else None, event.time, basis,
                                              earliest.what, _differs(launcher, rank))
-        verdict.failure_kind = _kind(evidence, verdict, event)
+        verdict.failure_kind = _kind(evidence, verdict, kind_event or event)
         verdict.explain(f"Rank {rank} (pid {earliest.pid}) failed first: {basis}.")
 
     def _hang(self, evidence: Evidence, verdict: VerdictView, hang: Hang, launcher) -> None:
@@ -361,7 +398,29 @@ def describe(event: Event) -> str:
         return f"device-side assert in {event.attrs.get('function') or 'a kernel'}"
     if event.kind == Kind.OOM:
         return "out of memory"
-    return f"{event.kind.value}: {event.message[:80]}"
+    if event.kind == Kind.FATAL_SIGNAL:
+        signal = event.attrs.get("signal_name")
+        text = event.attrs.get("signal_text")
+        crash = event.attrs.get("crash_frame")
+        where = f" in {crash.function}" if crash is not None and crash.function else ""
+        if signal or text:
+            name = f"{text} ({signal})" if text and signal and text != signal else (signal or text)
+            return f"killed by {name}{where}"
+        return _short(event.message) + where
+    if event.kind == Kind.EXCEPTION and event.attrs.get("exception_type"):
+        first = (event.attrs.get("exception_message") or "").splitlines()[:1]
+        return _short(f"{event.attrs['exception_type']}: {first[0]}" if first and first[0] else
+                      event.attrs["exception_type"])
+    return f"{event.kind.value}: {_short(event.message)}"
+
+
+def _short(text: str, limit: int = 100) -> str:
+    """A message cut at a word boundary, marked when cut."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0]
+    return cut + " ..."
 
 
 def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> FailureKind:
@@ -378,11 +437,27 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
     if event.kind in (Kind.CUDA_ERROR, Kind.XID, Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP) or error is not None:
         return FailureKind.CUDA_ERROR
     if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED):
-        return FailureKind.WORKER_KILLED
+        # a crash signal (segfault, abort, bus error...) is the process's own fatal
+        # signal; SIGKILL and SIGTERM came from outside (the OOM killer, a launcher)
+        number = _signal_number(event.attrs.get("exit_code"))
+        return FailureKind.FATAL_SIGNAL if number in _CRASH_SIGNALS else FailureKind.WORKER_KILLED
     if event.kind == Kind.FATAL_SIGNAL:
         signal = event.attrs.get("signal_name") or event.attrs.get("signal_text")
         return FailureKind.WORKER_KILLED if signal in ("Killed", "SIGKILL") else FailureKind.FATAL_SIGNAL
     return FailureKind.PYTHON_EXCEPTION
+
+
+_CRASH_SIGNALS = {4, 5, 6, 7, 8, 11, 31}     # SIGILL SIGTRAP SIGABRT SIGBUS SIGFPE SIGSEGV SIGSYS
+
+
+def _signal_number(code) -> int | None:
+    """The signal an exit status says killed the process: -N (Python's returncode) or
+    128+N (a shell's)."""
+    if not isinstance(code, int):
+        return None
+    if code < 0:
+        return -code
+    return code - 128 if 128 < code < 160 else None
 
 
 def missing_ranks(evidence: Evidence, environment) -> list[int]:
@@ -440,7 +515,7 @@ class RankStatuses(Rule):
             if info is not None:
                 per_key.setdefault(info.key, []).append(event)
         deaths = {pid: words for e, pid, _, words in _deaths(evidence) if pid is not None
-                  and not (verdict.hang is not None and _timeout_death(e))}
+                  and not (verdict.hang is not None and _timeout_death(e, _first_timeout(evidence)))}
         about: dict[str, list[Event]] = {}      # lines about a process written by another (force killing pid N)
         for event in evidence.of_kind(Kind.SHUTDOWN):
             subject = table.by_pid(event.attrs.get("subject_pid")) if event.attrs.get("subject_pid") is not None else None
@@ -493,19 +568,26 @@ class RankStatuses(Rule):
             reported_error = e.kind in (Kind.CUDA_ERROR,) and verdict.error is not None
             if reported_error and origin is not None:
                 status, failure = Status.COLLATERAL, f"reported {verdict.error.name} after rank {origin.rank} faulted"
-            elif is_first or first is None or first.rank is None:
-                status, failure = (Status.SURFACED if e.kind in (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT) else Status.UNKNOWN,
-                                   describe(e))
+            elif reported_error and first is not None and first.rank is not None and not is_first \
+                    and first.time is not None and e.time is not None and e.time > first.time:
+                # the same error, later, on a rank that shares memory or a collective with
+                # the one that failed first: its kernels read what the failed rank left
+                status, failure = (Status.COLLATERAL, f"reported {verdict.error.name} after rank {first.rank} "
+                                   "failed (through memory or a collective they share)")
+            elif e.kind in (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT):
+                status, failure = Status.SURFACED, describe(e)
+            elif e.kind in (Kind.OOM, Kind.FATAL_SIGNAL) or is_first or first is None or first.rank is None:
+                status, failure = Status.FAILED, describe(e)
             else:
-                status, failure = Status.SURFACED if e.kind == Kind.CUDA_ERROR else Status.UNKNOWN, describe(e)
+                status, failure = Status.UNKNOWN, describe(e)    # an exception after another rank failed
             if e.kind == Kind.OOM:
-                status = Status.UNKNOWN if not is_first else Status.SURFACED
                 failure = "ran out of memory"
             return RankVerdict(status=status, first_error=e.message[:200], first_error_source=e.where,
                                failure=failure, **base)
         if info.pid in deaths or any(p in deaths for p in info.pids):
             words = deaths.get(info.pid) or next(deaths[p] for p in info.pids if p in deaths)
-            return RankVerdict(status=Status.UNKNOWN, failure=words, **base)
+            crashed = code is not None and _signal_number(code) in _CRASH_SIGNALS
+            return RankVerdict(status=Status.FAILED if crashed or is_first else Status.UNKNOWN, failure=words, **base)
         if relays:
             e = relays[0]
             if first is None and hang is None and verdict.failure_kind is None:
@@ -540,9 +622,18 @@ class RankStatuses(Rule):
                 v = replace(v, status=Status.COLLATERAL, failure=words)
             result.append(v)
         seen = {v.rank for v in result if v.role == "worker" and v.rank is not None}
+        stopped = stopped_ranks(evidence, seen)
         for rank in sorted(expected_ranks(evidence, verdict.environment) - seen - {first.rank}):
-            result.append(RankVerdict(key=f"rank:{rank}", pid=None, rank=rank, role="worker", name=None,
-                                      status=Status.COLLATERAL, failure=f"no lines in the inputs; {words[29:]}"))
+            if rank in stopped:
+                result.append(RankVerdict(key=f"rank:{rank}", pid=None, rank=rank, role="worker", name=None,
+                                          status=Status.COLLATERAL,
+                                          failure=f"no lines of its own in the inputs; the launcher stopped it after "
+                                                  f"{culprit} failed"))
+            else:
+                result.append(RankVerdict(key=f"rank:{rank}", pid=None, rank=rank, role="worker", name=None,
+                                          status=Status.COLLATERAL,
+                                          failure=f"no lines of this rank in the inputs; it went down with the job "
+                                                  f"after {culprit} failed"))
         return result
 
 

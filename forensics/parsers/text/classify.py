@@ -108,7 +108,12 @@ def traceback_event(chain: tuple[PyException, ...], nlines: int, make):
     short_type = final.type.rsplit(".", 1)[-1].split("(")[0]
     found = messages.classify(headline) if final.type else None
     kind: Kind
-    if short_type in _RELAY_TYPES:
+    own_cause = err is not None and carrier is not final and carrier.chained_by != "remote"
+    if short_type in _RELAY_TYPES and own_cause:
+        # "Task finished unexpectedly" raised from this process's own CUDA error (the
+        # chain is in-process): the relay type only wraps the process's own failure
+        kind = _error_kind(err)
+    elif short_type in _RELAY_TYPES:
         kind = _RELAY_TYPES[short_type]
     elif found is not None and Kind(found.entry.kind) in RELAY and not (Kind(found.entry.kind) in _OWN_WRAPPERS and err):
         kind = Kind(found.entry.kind)

@@ -5,6 +5,8 @@ observed failure)" - which is only the earliest timestamp, not evidence of a cau
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import re
 
 from lark import Transformer, v_args
@@ -39,7 +41,12 @@ class _ToSummary(Transformer):
         return out
 
     def time(self, value=None):
-        return {"time": str(value or "").strip() or None}
+        text = str(value or "").strip()
+        try:        # torchrun writes 2025-08-19_11:02:46
+            when = datetime.strptime(text, "%Y-%m-%d_%H:%M:%S") if text else None
+        except ValueError:
+            when = None
+        return {"time": text or None, "failed_at": when}
 
     def host(self, value=None):
         return {"host": str(value or "").strip() or None}
@@ -100,5 +107,5 @@ class SummaryBlock:
         return BlockResult([event], [n for n, _ in pairs] + blank)
 
 
-def start(text: str) -> SummaryBlock | None:
+def start(text: str, header: tuple | None = None) -> SummaryBlock | None:
     return SummaryBlock() if START.match(text) else None

@@ -1,23 +1,25 @@
 """Line formats: the record header a program's logger puts before each message.
 
-One grammar per format (grammars/<format>.lark), one ``v_args(inline=True)`` transformer
-each, all giving a ``Record``: level, time, source location, rank/pid when the header
-says them, and the message.  Which format a line is in is decided per line (a console
-mixes them), by each format's cheap guard, in the order of ``LINE_FORMATS``; a guard
-that passes but a grammar that refuses falls through to the next format.
+The formats are those of kind "line" in the registry (data/formats.toml): each has a
+cheap guard that delimits its header and a grammar that parses it.  Grammars name the
+fields they find by token - LEVEL, YEAR, MONTH, DAY, MONTHDAY, CLOCK, DATE, ISO_TIME,
+SECONDS, FILEINFO, LINENO, PID, HOST, LOGGER, RANK (after an optional RANK_KIND) - and
+``record_of`` turns those tokens into a ``Record`` by name, for every format alike:
+adding a format needs its grammar and its registry entry, no code here.
 
-Headers repeat: the lines of a multi-line record and bursts in one second share their
-whole header.  A header the grammar has parsed once is remembered by its text and
-reused, so most lines cost one dict lookup.
+Which format a line is in is decided per line (a console mixes them), by each guard in
+registry order; a guard that passes but a grammar that refuses falls through to the
+next format.  Headers repeat (the lines of a multi-line record share their whole
+header): a header parsed once is remembered by its text, so most lines cost one lookup.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, replace
-from typing import Callable
 
-from lark import Transformer, v_args
+from lark import Token, Tree
 from lark.exceptions import LarkError
 
 from forensics import grammar
@@ -56,14 +58,12 @@ class Record:
     @property
     def header(self) -> tuple | None:
         """What repeats on every physical line of one multi-line record."""
-        if self.format in ("plain", "kernel", "uvicorn"):
+        if self.format in _unjoined():
             return None
         return (self.format, self.level, self.stamp, self.fileinfo, self.lineno, self.rank)
 
 
-def _fraction(text: str | None) -> int:
-    if not text:
-        return 0
+def _fraction(text: str) -> int:
     digits = "".join(c for c in text if c.isdigit())
     return int(digits[:6].ljust(6, "0"))
 
@@ -71,186 +71,84 @@ def _fraction(text: str | None) -> int:
 def _clock(text: str) -> tuple[int, int, int, int]:
     main, _, frac = text.replace(",", ".").partition(".")
     h, m, s = main.split(":")
-    return int(h), int(m), int(s), _fraction(frac)
+    return int(h), int(m), int(s), _fraction(frac) if frac else 0
 
 
-_LEVELS = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL", "D": "DEBUG", "V": "DEBUG"}
+_LEVELS = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL", "D": "DEBUG", "V": "DEBUG",
+           "WARN": "WARNING", "FATAL": "CRITICAL", "TRACE": "DEBUG", "VERBOSE": "DEBUG", "INTERNAL_ERROR": "CRITICAL"}
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
 
 
-@v_args(inline=True)
-class _Vllm(Transformer):
-    def start(self, level, month, day, *rest):
-        location = rest[-1]
-        clock = rest[-2]
-        year = rest[0] if len(rest) == 3 else None
-        h, m, s, micro = _clock(str(clock))
-        return Record("vllm", "", str(level), Stamp(year, int(month), int(day), h, m, s, micro), *location)
-
-    def year(self, value):
-        return int(value)
-
-    def bracketed(self, fileinfo, lineno):
-        return str(fileinfo), int(lineno)
-
-    unbalanced = bracketed
-
-
-@v_args(inline=True)
-class _Glog(Transformer):
-    def bracketed(self, head):
-        return head
-
-    classic = bracketed
-
-    def head(self, severity, monthday, clock, *rest):
-        fileinfo, lineno = rest[-2], rest[-1]
-        md = str(monthday)
-        h, m, s, micro = _clock(str(clock))
-        return Record("glog", "", _LEVELS[str(severity)], Stamp(None, int(md[:-2]), int(md[-2:]), h, m, s, micro),
-                      str(fileinfo), int(lineno))
-
-
-@v_args(inline=True)
-class _Uvicorn(Transformer):
-    def start(self, level, _pad):
-        return Record("uvicorn", "", str(level))
-
-
-@v_args(inline=True)
-class _Sglang(Transformer):
-    def start(self, date, clock, *ranks):
-        return Record("sglang", "", None, _full_stamp(date, clock), rank=dict(ranks).get("TP"), ranks=tuple(ranks))
-
-    def rank(self, kind, number):
-        return (str(kind), int(number))
-
-
-def _full_stamp(date, clock) -> Stamp:
-    y, mo, d = (int(x) for x in str(date).split("-"))
-    h, m, s, micro = _clock(str(clock))
-    return Stamp(y, mo, d, h, m, s, micro)
-
-
-@v_args(inline=True)
-class _PyLogging(Transformer):
-    def basic(self, level, logger):
-        return Record("pylog", "", str(level), logger=str(logger))
-
-    def dashed(self, date, clock, logger, level):
-        return Record("pylog", "", str(level), _full_stamp(date, clock), logger=str(logger))
-
-    def ray(self, date, clock, level, fileinfo, lineno):
-        return Record("pylog", "", str(level), _full_stamp(date, clock), str(fileinfo), int(lineno))
-
-    def elastic(self, date, clock, logger, level):
-        return Record("pylog", "", str(level), _full_stamp(date, clock), logger=str(logger))
-
-
-@v_args(inline=True)
-class _TensorRtLlm(Transformer):
-    def cpp(self, word):
-        return Record("trtllm", "", _LEVELS.get(str(word)[:1], str(word)) if str(word) != "ERROR" else "ERROR")
-
-    def python(self, month, day, year, clock, *rest):
-        rank = rest[0] if len(rest) == 2 else None
-        h, m, s, micro = _clock(str(clock))
-        return Record("trtllm", "", _LEVELS.get(str(rest[-1]), str(rest[-1])),
-                      Stamp(int(year), int(month), int(day), h, m, s, micro), rank=rank)
-
-    def trt(self, letter):
-        return Record("trtllm", "", _LEVELS.get(str(letter), str(letter)))
-
-    def trt_dated(self, month, day, year, clock, letter):
-        h, m, s, micro = _clock(str(clock))
-        return Record("trtllm", "", _LEVELS.get(str(letter), str(letter)),
-                      Stamp(int(year), int(month), int(day), h, m, s, micro))
-
-    def rank(self, number):
-        return int(number)
-
-
-@v_args(inline=True)
-class _Nccl(Transformer):
-    def start(self, host, pid, _tid, _device, location, level):
-        return Record("nccl", "", "WARNING" if str(level) == "WARN" else str(level),
-                      fileinfo=location[0], lineno=location[1], pid=int(pid), host=str(host))
-
-    def location(self, fileinfo=None, lineno=None):
-        return (str(fileinfo), int(lineno)) if fileinfo is not None else (None, None)
-
-
-@v_args(inline=True)
-class _Kernel(Transformer):
-    def start(self, head):
-        stamp, uptime, host = head
-        return Record("kernel", "", None, stamp, uptime=uptime, host=host)
-
-    def uptime(self, seconds):
-        return None, float(seconds), None
-
-    def human(self, _weekday, month, day, clock, year):
-        h, m, s, micro = _clock(str(clock))
-        return Stamp(int(year), _MONTHS[str(month)], int(day), h, m, s, micro), None, None
-
-    def syslog(self, month, day, clock, host, uptime=None):
-        h, m, s, micro = _clock(str(clock))
-        return Stamp(None, _MONTHS[str(month)], int(day), h, m, s, micro), uptime, str(host)
-
-    def iso(self, iso_time, host, uptime=None):
-        from forensics.inputs.normalise import parse_time
-        when = parse_time(str(iso_time))
-        stamp = Stamp(when.year, when.month, when.day, when.hour, when.minute, when.second,
-                      when.microsecond) if when else None
-        return stamp, uptime, str(host)
-
-    def bare(self, uptime=None):
-        return None, uptime, None
-
-    def kernel_uptime(self, seconds):
-        return float(seconds)
-
-
-_LEVEL = r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)"
+def record_of(fmt: str, tree: Tree) -> Record:
+    """The Record a parsed header says, read from its tokens by name."""
+    fields: dict = {}
+    date: dict = {}
+    ranks: list[tuple[str, int]] = []
+    kind = None
+    for token in tree.scan_values(lambda v: isinstance(v, Token)):
+        name, text = token.type, str(token)
+        if name == "LEVEL":
+            fields["level"] = _LEVELS.get(text, text)
+        elif name in ("YEAR", "DAY"):
+            date[name.lower()] = int(text)
+        elif name == "MONTH":
+            date["month"] = _MONTHS.get(text) or int(text)
+        elif name == "MONTHDAY":                   # glog's MMDD
+            date["month"], date["day"] = int(text[:-2]), int(text[-2:])
+        elif name == "DATE":
+            date["year"], date["month"], date["day"] = (int(x) for x in text.split("-"))
+        elif name == "CLOCK":
+            date["hour"], date["minute"], date["second"], date["micro"] = _clock(text)
+        elif name == "ISO_TIME":
+            from forensics.inputs.normalise import parse_time
+            when = parse_time(text)
+            if when is not None:
+                date.update(year=when.year, month=when.month, day=when.day, hour=when.hour, minute=when.minute,
+                            second=when.second, micro=when.microsecond)
+        elif name == "SECONDS":
+            fields["uptime"] = float(text)
+        elif name in ("LINENO", "PID"):
+            fields[name.lower()] = int(text)
+        elif name in ("FILEINFO", "HOST", "LOGGER"):
+            fields[name.lower()] = text
+        elif name == "RANK_KIND":
+            kind = text
+        elif name == "RANK":
+            ranks.append((kind or "RANK", int(text)))
+            kind = None
+    if ranks:
+        named = dict(ranks)
+        fields["rank"] = named.get("TP", named.get("RANK"))
+        if any(k != "RANK" for k, _ in ranks):
+            fields["ranks"] = tuple(ranks)
+    if "month" in date and "hour" in date:
+        fields["stamp"] = Stamp(date.get("year"), date["month"], date["day"], date["hour"], date["minute"],
+                                date["second"], date.get("micro", 0))
+    return Record(fmt, "", **fields)
 
 
 @dataclass(frozen=True)
 class LineFormat:
-    """A record format: its grammar parses the header that ``header`` delimits (the
-    message after it is not the grammar's business)."""
+    """A record format of the registry: its guard delimits the header at the start of
+    a line, its grammar parses what the guard delimited."""
 
     name: str
     grammar: str
     header: re.Pattern
-    transformer: Callable[[], Transformer]
     cache: bool = True            # headers repeat: remember parsed ones by their text
+    joins: bool = True            # the header identifies the lines of one multi-line record
 
 
-LINE_FORMATS: tuple[LineFormat, ...] = (
-    LineFormat("vllm", "vllm_record",
-               re.compile(_LEVEL + r" \d\d-\d\d(?:[ -]\d{4})?[ -]\d\d:\d\d:\d\d(?:[.,]\d+)? \[?[^\[\]\s:]+:\d+\]"), _Vllm),
-    LineFormat("glog", "glog",
-               re.compile(r"\[?[IWEF]\d{3,4} \d\d:\d\d:\d\d(?:\.\d+)? +(?:\d+ +)?[^\]\s:]+:\d+\]"), _Glog),
-    LineFormat("sglang", "sglang",
-               re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z_]+\d+)*\]"), _Sglang),
-    LineFormat("nccl", "nccl",
-               re.compile(r"[^\s:\[]+:\d+:\d+ \[\d+\](?: [^\s:]+:\d+)? NCCL (?:INFO|WARN|ERROR|ABORT|TRACE)\b"), _Nccl, False),
-    LineFormat("trtllm", "tensorrt_llm",
-               re.compile(r"\[TensorRT-LLM\]\[[A-Z]{2,}\]|\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d(?:\.\d+)?\] \[TRT-LLM\]"
-                          r"(?: \[RANK \d+\])? \[[A-Z]\]|\[TRT\] \[[A-Z]\]|\[\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d(?:\.\d+)?\] \[TRT\] \[[A-Z]\]"), _TensorRtLlm),
-    LineFormat("uvicorn", "uvicorn", re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|TRACE): +(?=\S)"), _Uvicorn),
-    LineFormat("pylog", "python_logging",
-               re.compile(_LEVEL + r":[A-Za-z_][\w.\-]*:"
-                          r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+ - [A-Za-z_][\w.\-]* - " + _LEVEL + " -"
-                          r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+\t" + _LEVEL + r" [^\s:]+:\d+ --"
-                          r"|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[.,]\d+\] [A-Za-z_][\w.\-]*: \[" + _LEVEL + r"\]"),
-               _PyLogging, False),
-    LineFormat("kernel", "kernel_log",
-               re.compile(r"\[ *\d+\.\d+\]"
-                          r"|\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) +[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d \d{4}\]"
-                          r"|(?:[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+) [^\s:\[]+ kernel:(?: +\[ *\d+\.\d+\])?"
-                          r"|kernel:(?: +\[ *\d+\.\d+\])?"), _Kernel, False),
-)
+@functools.lru_cache(maxsize=None)
+def line_formats() -> tuple[LineFormat, ...]:
+    from forensics.parsers.registry import formats_of_kind
+    return tuple(LineFormat(f.name, f.grammar, re.compile(f.guard), f.cache, f.joins)
+                 for f in formats_of_kind("line"))
+
+
+@functools.lru_cache(maxsize=None)
+def _unjoined() -> frozenset[str]:
+    return frozenset(f.name for f in line_formats() if not f.joins) | {"plain"}
 
 
 class LineParser:
@@ -258,9 +156,8 @@ class LineParser:
 
     CACHE_SIZE = 4096
 
-    def __init__(self, formats: tuple[LineFormat, ...] = LINE_FORMATS) -> None:
-        self._formats = formats
-        self._parsers: dict[str, object] = {}
+    def __init__(self, formats: tuple[LineFormat, ...] | None = None) -> None:
+        self._formats = formats if formats is not None else line_formats()
         self._headers: dict[str, Record] = {}
         self.failures = 0
 
@@ -287,12 +184,13 @@ class LineParser:
         return Record("plain", text)
 
     def _parse(self, fmt: LineFormat, head: str) -> Record | None:
-        parser = self._parsers.get(fmt.name)
-        if parser is None:
-            parser = self._parsers[fmt.name] = grammar.transforming(fmt.grammar, fmt.transformer())
         try:
-            record = parser.parse(head)
+            tree = grammar.load(fmt.grammar).parse(head)
         except LarkError:
             self.failures += 1
             return None
-        return record if isinstance(record, Record) else None
+        try:
+            return record_of(fmt.name, tree)
+        except (ValueError, KeyError):           # a date that does not exist
+            self.failures += 1
+            return None

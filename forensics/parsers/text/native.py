@@ -89,7 +89,7 @@ class CrashBlock:
         return BlockResult([crash_event(crash, make)], [n for n, _ in pairs] + blank)
 
 
-def start(text: str) -> CrashBlock | None:
+def start(text: str, header: tuple | None = None) -> CrashBlock | None:
     return CrashBlock() if START.match(text) else None
 
 

@@ -108,7 +108,7 @@ class DumpBlock:
         return BlockResult([event], [n for n, _ in pairs] + blank)
 
 
-def start(text: str) -> DumpBlock | None:
+def start(text: str, header: tuple | None = None) -> DumpBlock | None:
     if FAULTHANDLER_START.match(text):
         return DumpBlock("faulthandler", FAULTHANDLER_CONTINUES)
     if PYSPY_START.match(text):

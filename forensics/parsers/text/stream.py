@@ -315,10 +315,11 @@ class _Run:
 
     def _traffic(self, line: Line, rec: Record, template: str, facts: dict) -> None:
         env = line.env
-        key = (env.pid, env.process, env.rank if env.rank is not None else rec.rank, template)
+        key = (env.pid, env.process, env.rank if env.rank is not None else rec.rank, env.host, template)
         entry = self.traffic.get(key)
         if entry is None:
-            entry = self.traffic[key] = Traffic(env.process, env.pid, key[2], template, first_line=line.lineno)
+            entry = self.traffic[key] = Traffic(env.process, env.pid, key[2], template, self.source.relpath, env.host,
+                                                first_line=line.lineno)
         entry.count += 1
         entry.last_line = line.lineno
         when = env.time

@@ -27,5 +27,5 @@ class WarningBlock:
         return BlockResult(noise=len(self.linenos))
 
 
-def start(text: str) -> WarningBlock | None:
+def start(text: str, header: tuple | None = None) -> WarningBlock | None:
     return WarningBlock() if START.match(text) else None
