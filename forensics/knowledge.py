@@ -262,6 +262,27 @@ def quoted_process(message: str) -> dict | None:
     return None
 
 
+# --- Engine phases -------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def startup_messages() -> tuple[str, ...]:
+    return tuple(load("phases")["startup"]["messages"])
+
+
+@functools.lru_cache(maxsize=None)
+def _startup_frames() -> dict[str, tuple[str | None, ...]]:
+    out: dict[str, list] = {}
+    for entry in load("phases")["startup"]["frames"]:
+        out.setdefault(entry["function"], []).append(entry.get("file"))
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def startup_frame(function: str | None, file: str) -> bool:
+    """Whether a traceback frame only runs while an engine starts."""
+    files = _startup_frames().get(function or "")
+    return files is not None and any(f is None or f in file for f in files)
+
+
 @functools.lru_cache(maxsize=None)
 def signals() -> dict[int, str]:
     """Signal number -> name (data/signals.toml)."""

@@ -84,6 +84,7 @@ class ProcessTable:
         self._file_rank: dict[str, int] = {}
         self._v0_sources: set[str] = set()
         self._shared_pids: set[tuple[str | None, int]] = set()
+        self._died: dict[int, datetime | None] = {}     # id(info) -> when a launcher reported it dead
 
     # -- learning ------------------------------------------------------------------
 
@@ -210,6 +211,12 @@ class ProcessTable:
                     if other.rank is None or "local rank" in (other.rank_basis or ""):
                         other.rank, other.rank_basis = failure["rank"], f"{event.where}: launcher summary"
                     other.role = other.role or "worker"
+        subject_rank = event.attrs.get("subject_rank")
+        if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED) and isinstance(subject_rank, int) and subject_pid is None:
+            other = self._info(f"rank:{subject_rank}")      # "MPI_ABORT was invoked on rank 2", "Shard 1 crashed"
+            other.rank, other.role = subject_rank, other.role or "worker"
+            other.rank_basis = other.rank_basis or f"{event.where}: reported dead"
+            self._died.setdefault(id(other), event.time)
         if event.kind == Kind.CHILD_FAILED and isinstance(subject_pid, int):
             other = self._subject(subject_pid)
             if other.rank is None and isinstance(event.attrs.get("local_rank"), int):
@@ -259,10 +266,10 @@ class ProcessTable:
         lines from the same process carry only torch's ``[rankN]:``.  When exactly one
         pid-only worker and one rank-only identity report the same CUDA error within
         two seconds, they are one process."""
-        first: dict[int, tuple[ProcessInfo, int, datetime]] = {}
+        first: dict[int, tuple[ProcessInfo, int, datetime | None]] = {}
         for event in events:
             err = event.attrs.get("cuda_error")
-            if event.kind != Kind.CUDA_ERROR or err is None or event.time is None:
+            if event.kind != Kind.CUDA_ERROR or err is None:
                 continue
             key = self._key_of(event)
             info = self.by_key.get(key) if key else None
@@ -271,12 +278,26 @@ class ProcessTable:
         pid_only = [v for v in first.values() if v[0].pid is not None and v[0].rank is None
                     and v[0].role in (None, "worker")]
         rank_only = [v for v in first.values() if v[0].pid is None and v[0].rank is not None]
-        if len(pid_only) != 1 or len(rank_only) != 1:
+        if len(pid_only) != 1:
             return
-        (proc, code, when), (ranked, other_code, other_when) = pid_only[0], rank_only[0]
-        if code != other_code or abs((when - other_when).total_seconds()) > 2:
-            return
-        proc.rank, proc.rank_basis = ranked.rank, f"reported the same error as rank {ranked.rank}'s lines, at the same time"
+        proc, code, when = pid_only[0]
+        if len(rank_only) == 1:
+            ranked, other_code, other_when = rank_only[0]
+            if code != other_code or when is None or other_when is None or \
+                    abs((when - other_when).total_seconds()) > 2:
+                return
+            basis = f"reported the same error as rank {ranked.rank}'s lines, at the same time"
+        else:
+            # the one failing process and the one rank a launcher reported dead after it
+            dead = [info for info in {id(i): i for i in self.by_key.values()}.values()
+                    if id(info) in self._died and info.pid is None and info.rank is not None]
+            if len(dead) != 1 or rank_only:
+                return
+            ranked, died = dead[0], self._died[id(dead[0])]
+            if died is not None and when is not None and (died - when).total_seconds() < -2:
+                return
+            basis = f"the only failing process, and rank {ranked.rank} is the only rank reported dead after it"
+        proc.rank, proc.rank_basis = ranked.rank, basis
         proc.role = proc.role or "worker"
         proc.sources |= ranked.sources
         for key, info in list(self.by_key.items()):

@@ -4,7 +4,7 @@ flight at the crash."""
 from __future__ import annotations
 
 from forensics import knowledge
-from forensics.events import OWN_FAILURE, Kind
+from forensics.events import OWN_FAILURE, Event, Kind, Severity
 from forensics.rules.base import Evidence, Rule, VerdictView
 
 # Configuration keys worth reporting, and what other engines call them.
@@ -113,22 +113,24 @@ def _after_failure(evidence: Evidence, event) -> bool:
     return event.time > first.time
 
 
-_STARTUP_RELAYS = ("EngineCore failed to start", "Engine core initialization failed", "WorkerProc failed to start")
+def _startup_event(evidence: Evidence) -> Event | None:
+    """A line or traceback that says start-up failed (data/phases.toml)."""
+    messages = knowledge.startup_messages()
+    for event in evidence.events:
+        if event.severity >= Severity.ERROR and any(text in event.message for text in messages):
+            return event
+        if event.kind in OWN_FAILURE | {Kind.EXCEPTION} and any(
+                knowledge.startup_frame(f.function, f.file) for exc in event.chain for f in exc.frames):
+            return event
+    return None
 
 
 def _phase(evidence: Evidence, env: dict, src: dict, last_marker) -> None:
     """startup, cuda-graph-capture, prefill, chunked-prefill, decode (or nothing known)."""
-    for event in evidence.of_kind(Kind.ENGINE_FATAL, Kind.WORKER_EXCEPTION):
-        if any(text in event.message for text in _STARTUP_RELAYS):
-            env["phase"], src["phase"] = "startup", event.where
-            return
-    for event in evidence.events:
-        if event.kind in OWN_FAILURE | {Kind.EXCEPTION} and any(
-                f.function in ("init_device", "load_model", "_init_executor", "determine_available_memory",
-                               "profile_run", "initialize_cache", "_initialize_kv_caches", "init_worker")
-                for exc in event.chain for f in exc.frames):
-            env["phase"], src["phase"] = "startup", event.where
-            return
+    started = _startup_event(evidence)
+    if started is not None:
+        env["phase"], src["phase"] = "startup", started.where
+        return
     if last_marker is not None and last_marker[0] == "cuda-graph-capture":
         env["phase"], src["phase"] = "cuda-graph-capture", last_marker[1].where
         return

@@ -60,6 +60,10 @@ class Record:
         """What repeats on every physical line of one multi-line record."""
         if self.format in _unjoined():
             return None
+        if self.format in stampless():
+            # a logger that stamps every line: consecutive lines of one logger and level
+            # (a wrapper re-logging a child's stderr line by line) are one record
+            return (self.format, self.level, self.logger)
         return (self.format, self.level, self.stamp, self.fileinfo, self.lineno, self.rank)
 
 
@@ -136,7 +140,7 @@ class LineFormat:
     grammar: str
     header: re.Pattern
     cache: bool = True            # headers repeat: remember parsed ones by their text
-    joins: bool = True            # the header identifies the lines of one multi-line record
+    joins: str = "header"         # header | logger | no: what identifies the lines of one record
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,7 +152,23 @@ def line_formats() -> tuple[LineFormat, ...]:
 
 @functools.lru_cache(maxsize=None)
 def _unjoined() -> frozenset[str]:
-    return frozenset(f.name for f in line_formats() if not f.joins) | {"plain"}
+    return frozenset(f.name for f in line_formats() if f.joins == "no") | {"plain"}
+
+
+@functools.lru_cache(maxsize=None)
+def stampless() -> frozenset[str]:
+    return frozenset(f.name for f in line_formats() if f.joins == "logger")
+
+
+# first characters of the formats' headers: a message starting otherwise holds none
+_INNER_STARTS = frozenset("[DIWECFT0123456789 ")
+_ORDER = {"DEBUG": 0, "INFO": 1, "WARNING": 2, "ERROR": 3, "CRITICAL": 4}
+
+
+def _worse(a: str | None, b: str | None) -> str | None:
+    if a is None or b is None:
+        return a or b
+    return a if _ORDER.get(a, 1) >= _ORDER.get(b, 1) else b
 
 
 class LineParser:
@@ -162,6 +182,20 @@ class LineParser:
         self.failures = 0
 
     def parse(self, text: str) -> Record:
+        record = self._one(text)
+        if record.format != "plain" and record.message[:1] in _INNER_STARTS:
+            # a logger re-logging another program's lines ("- __main__ - INFO - [2025-09-02
+            # 10:14:31 TP1] ..."): the inner header says who wrote the line
+            inner = self._one(record.message)
+            if inner.format not in ("plain", record.format):
+                record = replace(record, message=inner.message, level=_worse(record.level, inner.level),
+                                 rank=inner.rank if inner.rank is not None else record.rank,
+                                 ranks=inner.ranks or record.ranks, pid=inner.pid or record.pid,
+                                 host=inner.host or record.host, fileinfo=inner.fileinfo or record.fileinfo,
+                                 lineno=inner.lineno or record.lineno, stamp=record.stamp or inner.stamp)
+        return record
+
+    def _one(self, text: str) -> Record:
         if not text:
             return Record("plain", "")
         for fmt in self._formats:

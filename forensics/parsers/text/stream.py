@@ -27,7 +27,7 @@ from forensics.parsers.sanitizer.text import SanitizerAssembler, is_sanitizer_li
 from forensics.parsers.text import classify
 from forensics.parsers.text.block import BlockResult
 from forensics.parsers.text.cuda_gdb import CudaGdbCollector
-from forensics.parsers.text.lines import LineParser, Record, Stamp
+from forensics.parsers.text.lines import LineParser, Record, Stamp, stampless
 
 # Inputs at least this large (decompressed, as far as the listing knows) take the fast
 # path (scan.py): only lines near an anchor are parsed, the rest counted.
@@ -104,9 +104,7 @@ class EventFactory:
 
 
 def _rank_in(message: str) -> int | None:
-    if not message.startswith("["):
-        return None
-    for pattern in _rank_hints():
+    for pattern in _rank_hints():        # anchored: a miss costs one character
         m = pattern.match(message)
         if m:
             return int(m.group("rank"))
@@ -234,12 +232,14 @@ class _Run:
                 self._count(block.format)
                 return
             self._close(key)
-        elif header is None:
+        if header is None or header[0] in stampless():
             # raw lines after a record that ended with a traceback header (SGLang): the
-            # same writer (envelope), without the record's header
+            # same writer (envelope), without the record's header (or under the same
+            # re-logging logger)
             for other_key, other in self.open.items():
-                if other_key[:5] == key[:5] and getattr(other, "follow_raw", False) and other.accepts_raw(text):
-                    other.accepts(text, line.lineno, None)
+                if other_key[:5] == key[:5] and getattr(other, "follow_raw", False) and \
+                        (header is None or header == other.header) and other.accepts_raw(text, header):
+                    other.accepts(text, line.lineno, header)
                     self._count(other.format)
                     return
 

@@ -95,9 +95,9 @@ class TracebackBlock:
         self._advance(text)
         return True
 
-    def accepts_raw(self, text: str) -> bool:
+    def accepts_raw(self, text: str, header: tuple | None = None) -> bool:
         """Whether a line with no envelope continues a block started at a record's end."""
-        return self.follow_raw and self._belongs(text, None)
+        return self.follow_raw and self._belongs(text, header)
 
     def _belongs(self, text: str, header: tuple | None) -> bool:
         if header != self.header and not (self.follow_raw and header is None):
