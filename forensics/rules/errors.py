@@ -144,8 +144,15 @@ def _best(reports: list[Surface]) -> Surface:
     """A process's surface: its first report that names a place (a Python frame, or a
     native file:line), else its first report; the same place seen again in another
     input (a per-rank log) is kept as corroboration."""
+    from dataclasses import replace
     placed = [s for s in reports if s.file is not None]
     best = (placed or reports)[0]
+    if best.api is None:
+        # a native error line of the same process named the call ("... at function
+        # cudaLaunchKernel(...)") that its Python traceback does not show
+        named = next((s for s in reports if s.api and s.error_code == best.error_code), None)
+        if named is not None:
+            best = replace(best, api=named.api)
     for other in reports:
         if other is not best and (other.file, other.line) == (best.file, best.line) and \
                 other.source.rsplit(":", 1)[0] != best.source.rsplit(":", 1)[0]:
@@ -210,7 +217,9 @@ def _is_check_helper(function: str | None) -> bool:
 
 
 def relevant(frame: Frame) -> bool:
-    if frame.function and any(p.search(frame.function) for p in knowledge.error_check_frames()):
+    # Cython frames name functions module-qualified (cupy_backends...runtime.check_status)
+    name = (frame.function or "").rsplit(".", 1)[-1]
+    if name and any(p.search(name) for p in knowledge.error_check_frames()):
         return False
     return not any(p.search(frame.file) for p in knowledge.library_internal_files())
 
@@ -221,7 +230,9 @@ def pick_site(frames: tuple[Frame, ...]) -> tuple[str | None, Frame | None]:
     site = next((f for f in reversed(frames) if relevant(f)), None)
     if site is None:
         return None, (frames[-1] if frames else None)
-    api = knowledge.surface_api_of(site.code)
+    # a Cython frame has no source line; its qualified function names the binding
+    api = knowledge.surface_api_of(site.code) or (knowledge.surface_api_of(site.function) if site.code is None
+                                                  else None)
     if api is None:
         inner = frames[frames.index(site) + 1:]
         api = next((knowledge.surface_api_of(f.code) for f in reversed(inner) if knowledge.surface_api_of(f.code)), None)

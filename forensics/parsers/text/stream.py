@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import replace
 from datetime import datetime
 from typing import Iterator
 
@@ -162,6 +163,7 @@ class _Run:
         self.stats = ReadStats()
         self.scanner = None
         self.last_error: int | None = None     # the last error line, whose raw continuations may follow
+        self.last_record: dict[tuple, tuple[int, Record]] = {}   # per stream: the last leveled record
 
     # -- driving ---------------------------------------------------------------------
 
@@ -208,8 +210,7 @@ class _Run:
         rec = self.lines.parse(line.text)
         text = rec.message
         header = rec.header
-        key = line.env.stream_key if rec.rank is None or line.env.rank is not None else \
-            line.env.stream_key + (rec.rank,)
+        key = self._key(line, rec)
 
         if is_sanitizer_line(text, self.sanitizer_seen):
             self.sanitizer_seen = True
@@ -265,6 +266,8 @@ class _Run:
     def _single(self, line: Line, rec: Record, text: str) -> None:
         out = self.out
         self._count(rec.format)
+        if rec.level is not None:
+            self.last_record[self._key(line, rec)] = (line.lineno, rec)
         if ESCAPED_TB in text:
             self._escaped_traceback(line, rec, text)
         decided = classify.message_kind(text, rec.level) if text else None
@@ -287,6 +290,13 @@ class _Run:
             self._traffic(line, rec, f"{rec.format}:{rec.fileinfo or rec.logger or ''}:{rec.lineno or ''}", {})
         else:
             out.count_unparsed(line.lineno, line.text)
+
+    @staticmethod
+    def _key(line: Line, rec: Record) -> tuple:
+        """The stream a line belongs to: its writer as the envelope says, and the rank
+        its record header names (SGLang's TPn under a shared container prefix)."""
+        return line.env.stream_key if rec.rank is None or line.env.rank is not None else \
+            line.env.stream_key + (rec.rank,)
 
     def _escaped_traceback(self, line: Line, rec: Record, text: str) -> None:
         """A traceback kept as an escaped string inside one line (a dict's repr, a JSON
@@ -338,6 +348,12 @@ class _Run:
 
     def _open(self, key, block, line: Line, rec: Record) -> None:
         self.open[key] = block
+        previous = self.last_record.get(key)
+        if rec.header is None and previous is not None and previous[0] == line.lineno - 1 and \
+                Severity.from_level(previous[1].level) >= Severity.ERROR:
+            # logger.exception(): the record's line, then the traceback raw - the
+            # traceback is that record's (its time, its rank)
+            rec = replace(previous[1], format=rec.format)
         self.first[key] = (line, rec)
 
     def _close(self, key) -> None:
