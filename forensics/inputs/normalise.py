@@ -25,8 +25,11 @@ GLUED_MIN = 160               # only lines at least this long are looked at for 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]")
 # colour codes that lost their ESC byte on the way into a paste ("[1;36m(", "ESC[0;0m",
 # "^[[33m", a first "1;36m(" that lost its bracket too), and a carriage return printed as "^M"
-_BROKEN_ANSI = re.compile(r"(?:ESC|\^\[)?\[[0-9;]{0,12}m|^[0-9;]{1,12}m(?=[(\[])")
+_BROKEN_ANSI = re.compile(r"(?:ESC|\^\[)?\[[0-9;]{0,12}m(?![a-z])|^[0-9;]{1,12}m(?=[(\[])")
 _CARET_M = re.compile(r"\^M\s*$")
+# a traceback frame line that ends inside its file name, and a line that is the rest of it
+_OPEN_FRAME = re.compile(r'(?:^|\s)File "[^"\n]*$')
+_FRAME_REST = re.compile(r'[^\s"]*", line \d+')
 # markdown turned a pasted __init__ into **init**
 _DUNDER = re.compile(r"(?<![\w*])\*\*([a-z_][a-z0-9_]*)\*\*(?![\w*])")
 
@@ -117,6 +120,7 @@ class Normaliser:
     """Per input: feed physical lines, get logical lines (0, 1 or several each)."""
 
     def __init__(self) -> None:
+        self._held: Line | None = None          # a frame line cut inside its file name
         self._partial: dict[tuple, tuple[int, str, Envelope]] = {}
         self._wrappers = wrappers()
         self.joined = 0           # physical lines folded into the previous one (P records)
@@ -131,10 +135,28 @@ class Normaliser:
         if "\r" in text:
             # a progress bar redrawn with carriage returns: the last state is what stayed on screen
             text = next((p for p in reversed(text.split("\r")) if p.strip()), "")
-        for piece in split_glued(text):
-            yield from self._one(lineno, piece)
+        pieces = split_glued(text)
+        if self._held is not None:
+            held, self._held = self._held, None
+            if pieces and _FRAME_REST.match(pieces[0]):
+                # a frame line hard-wrapped inside its file name, and the rest of it
+                yield Line(held.lineno, held.text + pieces.pop(0).strip(), held.env)
+            else:
+                yield held
+        for piece in pieces:
+            for line in self._one(lineno, piece):
+                if self._held is not None:
+                    yield self._held
+                    self._held = None
+                if _OPEN_FRAME.search(line.text):
+                    self._held = line
+                else:
+                    yield line
 
     def flush(self) -> Iterator[Line]:
+        if self._held is not None:
+            yield self._held
+            self._held = None
         for lineno, text, env in self._partial.values():
             yield Line(lineno, text, env)
         self._partial.clear()
@@ -299,22 +321,26 @@ def split_glued(text: str) -> list[str]:
     record family starts again; a flattened traceback split at its frames."""
     if len(text) < GLUED_MIN:
         return [text]
-    starts: dict[int, int] = {}
-    for family in _RECORD_FAMILIES:
+    starts: dict[int, tuple[int, int]] = {}
+    for number, family in enumerate(_RECORD_FAMILIES):
         found = [(m.start(), m.end()) for m in family.finditer(text)]
         if len(found) >= 2:
             for start, end in found:
-                starts[start] = max(end, starts.get(start, 0))
+                starts.setdefault(start, (end, number))
     cuts: list[int] = []
     envelope_end = -1
+    envelope_families: set[int] = set()
     for start in sorted(starts):
+        end, family = starts[start]
         # a record start right after another's envelope is part of that envelope
-        # ("(Worker_TP1 pid=2) INFO 11-04 ... [x.py:1] ")
-        if start <= envelope_end + 1 and cuts:
-            envelope_end = max(envelope_end, starts[start])
+        # ("(Worker_TP1 pid=2) INFO 11-04 ... [x.py:1] "), unless the envelope already
+        # holds a start of its family (a record with an empty message, then the next)
+        if cuts and start <= envelope_end + 1 and family not in envelope_families:
+            envelope_end = max(envelope_end, end)
+            envelope_families.add(family)
             continue
         cuts.append(start)
-        envelope_end = starts[start]
+        envelope_end, envelope_families = end, {family}
     pieces = [text]
     if cuts:
         bounds = sorted(set(cuts) | {0, len(text)})
