@@ -262,6 +262,11 @@ def quoted_process(message: str) -> dict | None:
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def vllm_v0_markers() -> tuple[str, ...]:
+    return tuple(load("processes")["vllm_v0"]["markers"])
+
+
 # --- Engine phases -------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)

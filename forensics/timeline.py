@@ -54,6 +54,8 @@ def _vllm_v0(event: Event) -> bool:
     message_id = event.attrs.get("message_id")
     if message_id == "engine-config" and event.attrs.get("engine") in (None, "V0"):
         return True
+    if any(marker in event.message for marker in knowledge.vllm_v0_markers()):
+        return True
     if message_id in ("api-server-version", "logo-version"):
         match = re.match(r"0\.(\d+)\.", str(event.attrs.get("vllm_version") or ""))
         return bool(match) and int(match.group(1)) < 8
@@ -98,9 +100,24 @@ class ProcessTable:
         table._learn_files(list(events) + writers)
         for event in list(events) + writers:
             table._learn(event)
+        table._settle_v0_engine(events)
         table._join_ranks()
         table._join_same_failure(events)
         return table
+
+    def _settle_v0_engine(self, events: list[Event]) -> None:
+        """The V0 engine process is rank 0 only when the run has other ranks (a TP size
+        above 1 or worker processes); a single-GPU V0 engine has no rank."""
+        info = self.by_key.get(V0_ENGINE)
+        if info is None or not (info.rank_basis or "").startswith("vLLM V0"):
+            return
+        others = any(i is not info and i.role == "worker" for i in self.by_key.values())
+        sizes = [e.attrs["config"].get("tensor_parallel_size") for e in events
+                 if isinstance(e.attrs.get("config"), dict)] + [e.attrs.get("world_size") for e in events]
+        if others or any(isinstance(s, int) and s > 1 for s in sizes) or \
+                any(isinstance(s, str) and s.isdigit() and int(s) > 1 for s in sizes):
+            return
+        info.rank, info.rank_basis, info.role = None, None, "engine-core"
 
     def _learn_files(self, events: list[Event]) -> None:
         """A file written by one process without prefixes: its identity line (or its

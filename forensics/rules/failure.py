@@ -261,7 +261,7 @@ class FirstFailureRule(Rule):
         earliest = min(candidates, key=key)
         unsigned_same_time = None
         kind_event = None
-        if earliest.rank is None:
+        if earliest.rank is None and earliest.pid is None:
             # a line no rank signed (a native library's stderr, the engine core relaying a
             # worker's native error): when a rank's own failure follows it closely, that
             # is the one to name
@@ -290,6 +290,13 @@ class FirstFailureRule(Rule):
                 rank = None
                 basis = (f"ranks {', '.join(map(str, sorted({earliest.rank} | set(tied))))} reported the same "
                          f"failure ({earliest.what}) within the same second: the logs cannot tell which failed first")
+        peers = sorted({c.pid for c in candidates if c is not earliest and c.rank is None and c.pid is not None
+                        and c.pid != earliest.pid and c.event.kind == event.kind and _same_time(c.event, event)})
+        if peers and rank is not None:
+            rank = None
+            basis = (f"processes {', '.join(f'pid {p}' for p in peers)} (rank unknown) reported the same failure "
+                     f"({earliest.what}) in the same second as rank {earliest.rank}: the logs cannot tell which "
+                     "failed first")
         if unsigned_same_time is not None and rank is not None:
             rank = None
             basis = (f"a process that signed no rank reported the same failure ({unsigned_same_time.what}) at "

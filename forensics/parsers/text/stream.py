@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Iterator
 
 from forensics import knowledge
-from forensics.events import Event, Kind, Severity, freeze
+from forensics.events import OWN_FAILURE, Event, Kind, Severity, freeze
 from forensics.inputs.normalise import Line, Normaliser
 from forensics.inputs.reader import ReadStats, iter_lines
 from forensics.inputs.sources import SNIFF_BYTES, Source
@@ -405,22 +405,35 @@ ADOPT_WITHIN = 6     # lines
 def adopt_identities(events: list[Event]) -> list[Event]:
     """A failure line written raw to stderr (a native library's error, no prefix) in an
     input whose other lines carry identities takes the identity of the failure that
-    follows it within a few lines: the same process printed both."""
+    follows it within a few lines: the same process printed both.  The same raw line
+    printed several times came from several processes: none of them is adopted."""
+    from collections import Counter
     from dataclasses import replace
     if not any(e.pid is not None or e.rank is not None for e in events):
         return events
+
+    def unsigned(e: Event) -> bool:
+        return e.pid is None and e.rank is None and not e.process and e.kind in (Kind.CUDA_ERROR, Kind.OOM,
+                                                                                 Kind.DEVICE_ASSERT)
+    repeated = Counter(e.message for e in events if unsigned(e))
     ordered = sorted(range(len(events)), key=lambda i: events[i].line)
     out = list(events)
     for pos, i in enumerate(ordered):
         e = events[i]
-        if e.pid is not None or e.rank is not None or e.process or e.kind not in (Kind.CUDA_ERROR, Kind.OOM,
-                                                                               Kind.DEVICE_ASSERT):
+        if not unsigned(e) or (repeated[e.message] > 1 and e.kind != Kind.DEVICE_ASSERT):
             continue
         for j in ordered[pos + 1:]:
             nxt = events[j]
             if nxt.line - e.line > ADOPT_WITHIN:
                 break
-            if (nxt.pid is not None or nxt.rank is not None) and nxt.severity >= Severity.ERROR:
+            subject_pid, subject = nxt.attrs.get("subject_pid"), nxt.attrs.get("subject_process")
+            if nxt.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED) and (subject_pid is not None or subject):
+                # "Worker proc VllmWorker-1 died": the raw line was that worker's last words
+                out[i] = replace(e, pid=subject_pid, process=subject, rank=nxt.attrs.get("subject_rank"),
+                                 host=nxt.host, attrs=freeze({**e.attrs, "identity_from": nxt.where}))
+                break
+            if (nxt.pid is not None or nxt.rank is not None) and nxt.severity >= Severity.ERROR \
+                    and nxt.kind in OWN_FAILURE:
                 out[i] = replace(e, pid=nxt.pid, rank=nxt.rank, process=nxt.process, host=nxt.host,
                                  attrs=freeze({**e.attrs, "identity_from": nxt.where}))
                 break
