@@ -69,6 +69,24 @@ def _vllm_v1(event: Event) -> bool:
     return bool(event.process) and event.process.startswith(("EngineCore", "VllmWorker rank=", "Worker_", "VllmWorker TP"))
 
 
+def pci_bus(text: str) -> int | None:
+    """A GPU's PCI address as one number, whichever way it is printed: the kernel's
+    "PCI:0000:bd:00", nvidia-smi's "00000000:BD:00.0", NCCL's busId "bd000"."""
+    value = str(text).removeprefix("PCI:").strip().lower()
+    try:
+        if ":" not in value:
+            return int(value, 16)
+        parts = value.replace(".", ":").split(":")      # domain, bus, device[, function]
+        if len(parts) == 3:
+            parts.append("0")
+        if len(parts) != 4:
+            return None
+        domain, bus, device, function = (int(p, 16) for p in parts)
+    except ValueError:
+        return None
+    return (domain << 20) | (bus << 12) | (device << 4) | function
+
+
 def rank_from_path(path: str) -> int | None:
     for pattern in _RANK_FILE:
         match = pattern.search(path)
@@ -87,6 +105,7 @@ class ProcessTable:
         self._v0_sources: set[str] = set()
         self._shared_pids: set[tuple[str | None, int]] = set()
         self._died: dict[int, datetime | None] = {}     # id(info) -> when a launcher reported it dead
+        self._bus_rank: dict[tuple[str | None, int], int] = {}  # (host, PCI bus id) -> rank, from NCCL's init
 
     # -- learning ------------------------------------------------------------------
 
@@ -207,6 +226,11 @@ class ProcessTable:
         if event.source in self._file_rank and info.rank is None:
             info.rank, info.rank_basis = self._file_rank[event.source], f"{event.source}: one rank's own log"
             info.role = info.role or "worker"
+        if event.kind == Kind.PROCESS_IDENTITY and event.attrs.get("bus_id") and isinstance(event.attrs.get("rank"), int):
+            bus = pci_bus(event.attrs["bus_id"])
+            if bus is not None:
+                self._bus_rank[(event.host, bus)] = event.attrs["rank"]
+                self._bus_rank.setdefault((None, bus), event.attrs["rank"])
         if event.kind == Kind.PROCESS_IDENTITY:
             rank = event.attrs.get("rank")
             # a line stating the process's rank beats a rank read from its name (the TP
@@ -366,6 +390,14 @@ class ProcessTable:
 
     def resolve(self, event: Event) -> Event:
         """The event with its rank, role and pid filled in from what the table knows."""
+        if event.kind == Kind.XID and event.rank is None and event.pid is None and event.attrs.get("pci"):
+            # a kernel line about a GPU names its PCI address: NCCL's init said which rank drives it
+            bus = pci_bus(event.attrs["pci"])
+            rank = self._bus_rank.get((event.host, bus), self._bus_rank.get((None, bus)))
+            if rank is not None:
+                info = self.by_rank(rank)
+                return replace(event, rank=rank, pid=info.pid if info else None, role="worker",
+                               attrs=freeze({**event.attrs, "identity_from": "the GPU's PCI address (NCCL busId)"}))
         info = self.info_of(event)
         if info is None:
             return event

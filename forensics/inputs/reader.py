@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import lzma
+import re
 import zlib
 from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
@@ -168,3 +169,46 @@ def _clean(text: str, stats: ReadStats) -> str:
     if "\ufffd" in text:
         stats.invalid_utf8_lines += 1
     return text.rstrip("\r")
+
+
+# --- newest-first exports -------------------------------------------------------------------
+
+# a row that starts with its time: epoch milliseconds (Grafana/Loki) or an RFC 3339 stamp
+_ROW_TIME = re.compile(r"^(?:(\d{13})\t|(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?))")
+ORDER_SAMPLE = 200                 # lines looked at to tell the order
+MAX_REORDERED_LINES = 1_000_000    # a newest-first export is held in memory to be turned round
+
+
+def chronological(lines: Iterator[tuple[int, str]], stats: ReadStats) -> Iterator[tuple[int, str]]:
+    """Lines oldest first.  Log viewers export newest first (Grafana's download of a Loki
+    query): such an input, recognised by row times that only go backwards, is turned
+    round (line numbers kept) so that every traceback reads top-down again.  Anything
+    else streams through untouched."""
+    head: list[tuple[int, str]] = []
+    for item in lines:
+        head.append(item)
+        if len(head) >= ORDER_SAMPLE:
+            break
+    stamps = []
+    for _, text in head:
+        m = _ROW_TIME.match(text)
+        if m:
+            stamps.append(m.group(1) or m.group(2))
+    pairs = list(zip(stamps, stamps[1:]))
+    newest_first = len(stamps) >= 10 and any(a > b for a, b in pairs) and not any(a < b for a, b in pairs)
+    if not newest_first:
+        yield from head
+        yield from lines
+        return
+    held = head
+    for item in lines:
+        if len(held) >= MAX_REORDERED_LINES:
+            stats.problems.append(f"newest-first export longer than {MAX_REORDERED_LINES:,} lines: read in file "
+                                  "order past that point")
+            yield from reversed(held)
+            yield item
+            yield from lines
+            return
+        held.append(item)
+    stats.problems.append("rows are newest first (a log viewer's export): read oldest first")
+    yield from reversed(held)

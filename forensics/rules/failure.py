@@ -34,8 +34,13 @@ def _own_failures(evidence: Evidence) -> list[Event]:
         if event.attrs.get("earlier_run"):
             continue
         if event.kind in OWN and not consequence_of_timeout(event):
-            if event.kind == Kind.XID and not knowledge.xid_catalogue().get(event.attrs.get("xid"), {}).get("app_fault"):
-                continue
+            if event.kind == Kind.XID:
+                entry = knowledge.xid_catalogue().get(event.attrs.get("xid"), {})
+                # an application fault names its process; a hardware Xid counts when the
+                # GPU it names is known to be a rank's (NCCL's busId, nvidia-smi)
+                hardware = entry.get("lean") == "hardware" and (event.rank is not None or event.pid is not None)
+                if not entry.get("app_fault") and not hardware:
+                    continue
             if event.kind == Kind.SANITIZER and event.attrs.get("report") in ("summary", "leak", "api_error", "other"):
                 continue
             if event.kind == Kind.CORE_DUMP and not event.attrs.get("kernel") and \
@@ -405,6 +410,9 @@ def describe(event: Event) -> str:
         return f"device-side assert in {event.attrs.get('function') or 'a kernel'}"
     if event.kind == Kind.OOM:
         return "out of memory"
+    if event.kind == Kind.XID:
+        entry = knowledge.xid_catalogue().get(event.attrs.get("xid"), {})
+        return f"Xid {event.attrs.get('xid')} ({entry.get('name', 'unknown')}) on its GPU"
     if event.kind == Kind.FATAL_SIGNAL:
         signal = event.attrs.get("signal_name")
         text = event.attrs.get("signal_text")

@@ -20,7 +20,7 @@ from typing import Iterator
 from forensics import knowledge
 from forensics.events import OWN_FAILURE, Event, Kind, Severity, freeze
 from forensics.inputs.normalise import Line, Normaliser
-from forensics.inputs.reader import ReadStats, iter_lines
+from forensics.inputs.reader import ReadStats, chronological, iter_lines
 from forensics.inputs.sources import SNIFF_BYTES, Source
 from forensics.parsers import registry, scan
 from forensics.parsers.base import ParsedSource, Traffic, dominant_kind
@@ -94,6 +94,8 @@ class EventFactory:
         if rank is None:
             rank = _rank_in(rec.message if rec is not None and rec.message else message)
         pid = env.pid if env.pid is not None else (rec.pid if rec is not None else None)
+        if rec is not None and rec.pid is not None and "journald" in env.wrappers:
+            pid = rec.pid        # journald's [pid] is the unit's main process; NCCL's is the writer
         subject = attrs.get("subject_pid")
         if pid is None and isinstance(subject, int) and kind in (Kind.XID, Kind.OOM, Kind.FATAL_SIGNAL,
                                                                    Kind.STACK_DUMP):
@@ -196,7 +198,7 @@ class _Run:
         if size >= FAST_PATH_BYTES and not self.source.compression and (head is None or b"\x00" not in head[:4096]):
             self.scanner = scan.Scanner(stream, self._busy)
             return self.scanner.lines()
-        return iter_lines(stream, self.stats, head)
+        return chronological(iter_lines(stream, self.stats, head), self.stats)
 
     def _busy(self) -> bool:
         """True while a block is open: the scanner then hands over every line."""
