@@ -34,6 +34,7 @@ class Format:
     reader: str | None = None       # module (and :Class for binary readers) that reads it
     guard: str | None = None        # line formats: the regex that delimits the header
     cache: bool = True
+    site: bool = False              # line formats: the header's file:line is where an error was detected
     joins: str = "header"           # header | logger | no: what identifies the lines of one record
     samples: tuple[dict, ...] = field(default=(), compare=False)
 
@@ -44,7 +45,7 @@ def formats() -> tuple[Format, ...]:
     for entry in knowledge.load("formats")["format"]:
         out.append(Format(name=entry["name"], kind=entry["kind"], what=entry["what"], grammar=entry.get("grammar"),
                           reader=entry.get("reader"), guard=entry.get("guard"), cache=entry.get("cache", True),
-                          joins=entry.get("joins", "header"), samples=tuple(entry.get("samples", ()))))
+                          joins=entry.get("joins", "header"), site=entry.get("site", False), samples=tuple(entry.get("samples", ()))))
     return tuple(out)
 
 

@@ -156,6 +156,13 @@ def _unjoined() -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=None)
+def site_formats() -> frozenset[str]:
+    """Formats whose header's file:line is where the program detected the error."""
+    from forensics.parsers.registry import formats_of_kind
+    return frozenset(f.name for f in formats_of_kind("line") if f.site)
+
+
+@functools.lru_cache(maxsize=None)
 def stampless() -> frozenset[str]:
     return frozenset(f.name for f in line_formats() if f.joins == "logger")
 

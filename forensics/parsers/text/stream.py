@@ -28,7 +28,7 @@ from forensics.parsers.sanitizer.text import SanitizerAssembler, is_sanitizer_li
 from forensics.parsers.text import classify
 from forensics.parsers.text.block import BlockResult
 from forensics.parsers.text.cuda_gdb import CudaGdbCollector
-from forensics.parsers.text.lines import LineParser, Record, Stamp, stampless
+from forensics.parsers.text.lines import LineParser, Record, Stamp, site_formats, stampless
 
 # Inputs at least this large (decompressed, as far as the listing knows) take the fast
 # path (scan.py): only lines near an anchor are parsed, the rest counted.
@@ -78,6 +78,9 @@ class EventFactory:
                 attrs.setdefault("level", rec.level)
             if rec.fileinfo:
                 attrs.setdefault("logged_at", f"{rec.fileinfo}:{rec.lineno}")
+                if rec.format in site_formats() and attrs.get("cuda_error") is not None \
+                        and not attrs.get("error_file"):
+                    attrs["error_file"], attrs["error_line"] = rec.fileinfo, rec.lineno
             if rec.uptime is not None:
                 attrs.setdefault("uptime", rec.uptime)
             if rec.ranks:
