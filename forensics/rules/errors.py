@@ -184,8 +184,11 @@ def surface_of(event: Event) -> Surface:
             break
     if not frames and chain:
         frames = next((e.frames for e in reversed(chain) if e.frames), ())
-    api, site = pick_site(frames)
     attrs = event.attrs
+    if not frames and attrs.get("current_thread"):
+        # a crash dump lists the innermost frame first
+        frames = tuple(reversed(attrs["current_thread"].get("frames") or ()))
+    api, site = pick_site(frames)
     file = site.file if site else None
     line = site.line if site else None
     function = site.function if site else None

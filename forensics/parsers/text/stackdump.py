@@ -17,7 +17,7 @@ from forensics.events import Frame, Kind, Severity
 from forensics.parsers.text.block import BlockResult, unparsable
 
 FAULTHANDLER_START = re.compile(r"(?:Fatal Python error: |Windows fatal exception: |Timeout \([\d:.]+\)!$)")
-FAULTHANDLER_CONTINUES = re.compile(r'(?:Thread 0x|Current thread 0x|\s+File "|\s+<no Python frame>|\s+\.\.\.$|Extension modules: |\s*$)')
+FAULTHANDLER_CONTINUES = re.compile(r'(?:Thread 0x|Current thread 0x|Stack \(most recent call first\):|\s+File "|\s+<no Python frame>|\s+\.\.\.$|Extension modules: |\s*$)')
 PYSPY_START = re.compile(r"Process \d+: \S")
 PYSPY_CONTINUES = re.compile(r"(?:Python v|Parent Process \d+|Thread (?:\d+|0x[0-9A-Fa-f]+) \(|    |\s*$)")
 
@@ -40,6 +40,9 @@ class _Faulthandler(Transformer):
         ident = next(str(i) for i in items if getattr(i, "type", None) == "THREAD_ID")
         frames = tuple(i for i in items if isinstance(i, Frame))
         return {"thread": ident, "current": current, "frames": frames}
+
+    def stack(self, *items):
+        return {"thread": None, "current": True, "frames": tuple(i for i in items if isinstance(i, Frame))}
 
     def frame(self, path, lineno, func):
         return Frame(str(path), int(lineno), str(func).strip())
