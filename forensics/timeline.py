@@ -252,6 +252,12 @@ class ProcessTable:
                     if other.rank is None or "local rank" in (other.rank_basis or ""):
                         other.rank, other.rank_basis = failure["rank"], f"{event.where}: launcher summary"
                     other.role = other.role or "worker"
+        if event.kind == Kind.PROCESS_IDENTITY and isinstance(subject_pid, int) and \
+                isinstance(event.attrs.get("local_rank"), int):
+            other = self._subject(subject_pid)          # a launcher's "process N spawned ... --local_rank=R"
+            if other.rank is None:
+                other.rank, other.rank_basis = event.attrs["local_rank"], f"{event.where}: local rank at spawn"
+            other.role = other.role or "worker"
         subject_rank = event.attrs.get("subject_rank")
         if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED) and isinstance(subject_rank, int) and subject_pid is None:
             other = self._info(f"rank:{subject_rank}")      # "MPI_ABORT was invoked on rank 2", "Shard 1 crashed"

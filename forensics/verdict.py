@@ -99,6 +99,7 @@ class Surface:
     error_name: str | None
     how: str                       # "raised", "unraisable exception in <obj>", "logged", ...
     also_seen_in: tuple[str, ...] = ()
+    site_kind: str = "none"        # python (frames) | native (an error line's file:line or API) | library (a library's own check) | none
     graph_replay: bool = False     # the call was a CUDA graph replay (or under one)
 
 

@@ -121,6 +121,7 @@ class Normaliser:
 
     def __init__(self) -> None:
         self._held: Line | None = None          # a frame line cut inside its file name
+        self._tee: dict[int, int] = {}           # torchrun --tee prefix (local rank) -> torch's global rank
         self._partial: dict[tuple, tuple[int, str, Envelope]] = {}
         self._wrappers = wrappers()
         self.joined = 0           # physical lines folded into the previous one (P records)
@@ -185,6 +186,7 @@ class Normaliser:
         """(envelope, text without wrappers, whether the record is partial)."""
         fields: dict = {}
         used: list[str] = []
+        ranks: list[int] = []                    # torch-rank prefixes, outermost first
         partial = False
         progress = True
         while progress and text:
@@ -216,6 +218,8 @@ class Normaliser:
                         continue
                     if match.groupdict().get("partial") == "P":
                         partial = True
+                    if wrapper.id == "torch-rank":
+                        ranks.append(int(match.group("rank")))
                     _take(fields, match, override=_NESTING.get(wrapper.id, set()))
                     body = match.groupdict().get("body")
                     text = body if body is not None else text[match.end():]
@@ -224,6 +228,12 @@ class Normaliser:
                 break
         if not used:
             return EMPTY, text, False
+        if len(ranks) >= 2:
+            # "[rank3]:[rank11]: ...": torchrun's tee prefix (the local rank) outside torch's
+            # own (the global rank); lines with the tee prefix alone are that global rank's
+            self._tee[ranks[0]] = ranks[-1]
+        elif len(ranks) == 1 and ranks[0] in self._tee:
+            fields["rank"] = self._tee[ranks[0]]
         return Envelope(wrappers=tuple(used), **fields), text, partial
 
 

@@ -134,10 +134,10 @@ def _lend_places(per_process: dict) -> None:
     from dataclasses import replace
     unsigned = {key[1]: s for key, s in per_process.items() if isinstance(key, tuple) and key[0] == "input" and s.file}
     signed = [key for key, s in per_process.items() if not (isinstance(key, tuple) and key[0] == "input")]
-    placeless = [key for key in signed if per_process[key].file is None]
+    placeless = [key for key in signed if per_process[key].file is None or _tier(per_process[key]) >= 2]
     for key in placeless:
         source = per_process[key].source.rsplit(":", 1)[0]
-        if source in unsigned and len(signed) == 1:
+        if source in unsigned and len(signed) == 1 and _tier(unsigned[source]) < _tier(per_process[key]):
             lent = unsigned.pop(source)
             per_process[key] = replace(lent, rank=per_process[key].rank, pid=per_process[key].pid,
                                        api=lent.api or per_process[key].api,
@@ -150,8 +150,7 @@ def _best(reports: list[Surface]) -> Surface:
     native file:line), else its first report; the same place seen again in another
     input (a per-rank log) is kept as corroboration."""
     from dataclasses import replace
-    placed = [s for s in reports if s.file is not None]
-    best = (placed or reports)[0]
+    best = min(reports, key=_tier)            # stable: the earliest of the best tier
     if best.api is None:
         # a native error line of the same process named the call ("... at function
         # cudaLaunchKernel(...)") that its Python traceback does not show
@@ -163,6 +162,16 @@ def _best(reports: list[Surface]) -> Surface:
                 other.source.rsplit(":", 1)[0] != best.source.rsplit(":", 1)[0]:
             best = _also(best, other.source)
     return best
+
+
+_TIERS = {"python": 0, "native": 1, "library": 2, "none": 3}
+
+
+def _tier(surface: Surface) -> int:
+    """How close a report is to the host call that returned the error: Python frames,
+    then a native error line naming its file:line or API, then a library's own check
+    site (NCCL's WARN), then a report with no place."""
+    return _TIERS.get(surface.site_kind, 3) if surface.file is not None or surface.api is not None else 3
 
 
 def _also(first: Surface, source: str) -> Surface:
@@ -195,11 +204,14 @@ def surface_of(event: Event) -> Surface:
     if site is None and attrs.get("crash_frame") is not None:
         crash = attrs["crash_frame"]
         file, line, function = crash.file, crash.line, crash.function
+    site_kind = "python" if file is not None else "none"
     if file is None:
         if attrs.get("error_file"):
             file, line = attrs["error_file"], attrs.get("error_line")
+            site_kind = "library" if attrs.get("error_form") == "nccl-warn" else "native"
         elif attrs.get("raised_file") and not _is_check_helper(attrs.get("raised_function")):
             file, line, function = attrs["raised_file"], attrs.get("raised_line"), attrs.get("raised_function")
+            site_kind = "native"
     if api is None:
         api = attrs.get("error_api") or knowledge.surface_api_of(attrs.get("call"))
     how = "logged"
@@ -217,7 +229,8 @@ def surface_of(event: Event) -> Surface:
     return Surface(rank=event.rank, pid=event.pid, api=api, file=file, line=line, function=function,
                    time=event.time, source=event.where, exception=exception,
                    error_code=err.code if err is not None else None, error_name=err.name if err is not None else None,
-                   how=how, graph_replay=replay)
+                   how=how, graph_replay=replay,
+                   site_kind=site_kind if file is not None or api is None else "native")
 
 
 def _is_check_helper(function: str | None) -> bool:

@@ -166,26 +166,38 @@ def expected_ranks(evidence: Evidence, environment) -> set[int]:
 
 def stopped_ranks(evidence: Evidence, known: set[int] = frozenset()) -> set[int]:
     """Ranks a launcher shows going down with the job: those its summary lists, and
-    the local ranks of a node whose agent stopped the other workers after one failed."""
+    the ranks of a node whose agent stopped the other workers after one failed (torchrun
+    "Sending process N closing signal", DeepSpeed "Killing subprocess N",
+    torch.multiprocessing "Terminating process N")."""
+    table = evidence.processes
     ranks: set[int] = set()
-    for event in evidence.of_kind(Kind.LAUNCHER_SUMMARY):
+    offset = None           # global rank of the node's local rank 0, when a summary says both
+    summaries = evidence.of_kind(Kind.LAUNCHER_SUMMARY)
+    for event in summaries:
         for failure in [event.attrs.get("root_cause") or {}] + list(event.attrs.get("failures") or []):
             if isinstance(failure.get("rank"), int):
                 ranks.add(failure["rank"])
-    # torchrun's agent stops every other worker of its node when one fails: the workers
-    # it signalled and the one that failed are the node's local ranks
-    failed_local = {e.attrs["local_rank"] for e in evidence.of_kind(Kind.CHILD_FAILED)
-                    if isinstance(e.attrs.get("local_rank"), int)}
+                if isinstance(failure.get("local_rank"), int):
+                    offset = failure["rank"] - failure["local_rank"]
+    failed = [e for e in evidence.of_kind(Kind.CHILD_FAILED) if isinstance(e.attrs.get("local_rank"), int)]
+    failed_local = {e.attrs["local_rank"] for e in failed}
     # torch.multiprocessing.spawn says which process index (its rank) raised
     failed_local |= {e.rank for e in evidence.events if e.attrs.get("quoted_by") == "torch-spawn"
                      and e.rank is not None}
+    failed_pids = {e.attrs.get("subject_pid") for e in failed}
     signalled = {e.attrs["subject_pid"] for e in evidence.of_kind(Kind.SHUTDOWN)
-                 if e.attrs.get("subject_pid") is not None and e.attrs.get("signal")}
-    if failed_local and signalled and len(evidence.of_kind(Kind.LAUNCHER_SUMMARY)) <= 1:
-        nproc = len(signalled) + len(failed_local)
-        if max(failed_local) < nproc and all(r < nproc for r in ranks | set(known)):
-            ranks |= set(range(nproc))
-    return ranks
+                 if e.attrs.get("subject_pid") is not None} - failed_pids
+    if not failed_local or not signalled or len(summaries) > 1:
+        return ranks
+    local_of = {pid: table.rank_of(pid) for pid in signalled}
+    if None not in local_of.values():        # every stopped pid's rank is known
+        return ranks | set(local_of.values()) | {(offset or 0) + r for r in failed_local}
+    else:
+        count = len(signalled - {p for p, r in local_of.items() if r in failed_local}) + len(failed_local)
+        if max(failed_local) >= count or (offset is None and any(r >= count for r in ranks | set(known))):
+            return ranks            # another node's ranks, with no offset to place them
+        local = set(range(count))
+    return ranks | {(offset or 0) + r for r in local}
 
 
 def stalled_at(evidence: Evidence, rank: int) -> str | None:
