@@ -431,6 +431,7 @@ def adopt_crash_dumps(events: list[Event], table: ProcessTable) -> list[Event]:
         for pid, code in pids_codes:
             if isinstance(pid, int) and isinstance(code, int) and (code < 0 or 128 < code < 160):
                 died.setdefault(knowledge.signal_name(-code if code < 0 else code - 128), set()).add(pid)
+    events = _adopt_for_the_only_failed_child(events, table)
     if not died:
         return events
     out = []
@@ -444,6 +445,28 @@ def adopt_crash_dumps(events: list[Event], table: ProcessTable) -> list[Event]:
                             attrs=freeze({**event.attrs, "identity_from": f"the only process killed by {signal}"}))
         out.append(event)
     return out
+
+
+_OWN = (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT, Kind.OOM, Kind.EXCEPTION, Kind.FATAL_SIGNAL)
+
+
+def _adopt_for_the_only_failed_child(events: list[Event], table: ProcessTable) -> list[Event]:
+    """A console where no failure line says who wrote it (workers printing without
+    prefixes) and a launcher reports exactly one child failed: the failures are that
+    child's."""
+    own = [e for e in events if e.kind in _OWN]
+    if not own or any(e.pid is not None or e.rank is not None or e.process for e in own):
+        return events
+    failed = {e.attrs.get("subject_pid") for e in events if e.kind == Kind.CHILD_FAILED
+              and isinstance(e.attrs.get("subject_pid"), int) and e.attrs.get("exit_code") not in (None, 0)}
+    if len(failed) != 1:
+        return events
+    pid = failed.pop()
+    info = table.by_pid(pid)
+    rank = info.rank if info else None
+    note = f"the only child its launcher reported failed (pid {pid})"
+    return [replace(e, pid=pid, rank=rank, role=info.role if info else "worker",
+                    attrs=freeze({**e.attrs, "identity_from": note})) if e.kind in _OWN else e for e in events]
 
 
 def order(events_by_source: list[list[Event]]) -> list[Event]:

@@ -64,9 +64,9 @@ class ReportedError(Rule):
 
     @staticmethod
     def _cause(evidence: Evidence, pool: list[Event], status_event: Event) -> knowledge.CudaError | None:
-        """The fault behind a library status: a device assert, or a CUDA error."""
-        if evidence.of_kind(Kind.DEVICE_ASSERT):
-            return knowledge.lookup_error("CUDA_ERROR_ASSERT")
+        """The CUDA error behind a library status, when a process reported one.  (A
+        device assert seen only as assert lines stays the origin; the error is what
+        the host call reported.)"""
         real = [reported(e) for e in pool if reported(e) is not None and reported(e).family == "cuda"]
         return real[0] if real else None
 
