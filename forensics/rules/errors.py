@@ -212,8 +212,8 @@ def surface_of(event: Event) -> Surface:
         elif attrs.get("raised_file") and not _is_check_helper(attrs.get("raised_function")):
             file, line, function = attrs["raised_file"], attrs.get("raised_line"), attrs.get("raised_function")
             site_kind = "native"
-    if api is None:
-        api = attrs.get("error_api") or knowledge.surface_api_of(attrs.get("call"))
+    # the call the error message itself names beats the call read from the source line
+    api = attrs.get("error_api") or api or knowledge.surface_api_of(attrs.get("call"))
     how = "logged"
     if chain:
         how = f"unraisable exception in {attrs.get('unraisable_in')}" if attrs.get("unraisable") else "raised"

@@ -286,7 +286,8 @@ class FirstFailureRule(Rule):
             if signed:
                 best = min(signed, key=key)
                 if _close_after(earliest.event, best.event):
-                    if _same_time(earliest.event, best.event) and earliest.pid != best.pid and \
+                    if _same_time(earliest.event, best.event) and earliest.event.kind == best.event.kind and \
+                            earliest.pid != best.pid and \
                             earliest.event.source == best.event.source and earliest.event.line < best.event.line:
                         unsigned_same_time = earliest
                     if earliest.event.kind == Kind.FATAL_SIGNAL and best.event.kind in (Kind.WORKER_DIED,
@@ -378,6 +379,12 @@ def _same_time(a: Event, b: Event) -> bool:
         return False
     if a.time == b.time:
         return True
+    if a.time_inferred or b.time_inferred:
+        # an unstamped line lies somewhere between the stamps around it
+        a_end = a.attrs.get("not_after", a.time) if a.time_inferred else a.time
+        b_end = b.attrs.get("not_after", b.time) if b.time_inferred else b.time
+        if a.time <= b_end and b.time <= a_end:
+            return True
     coarse = a.time.microsecond == 0 or b.time.microsecond == 0
     if coarse and a.time.replace(microsecond=0) == b.time.replace(microsecond=0):
         return True

@@ -486,4 +486,13 @@ def resolve_times(events: list[Event], mtime: datetime | None) -> list[Event]:
             out.append(replace(event, time=last_time, time_inferred=True))
         else:
             out.append(event)
+    # an inferred time is only a lower bound: the next stamped line bounds it from above
+    next_time = None
+    for i in range(len(out) - 1, -1, -1):
+        event = out[i]
+        if event.time_inferred:
+            if next_time is not None:
+                out[i] = replace(event, attrs=freeze({**event.attrs, "not_after": next_time}))
+        elif event.time is not None:
+            next_time = event.time
     return out
