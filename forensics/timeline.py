@@ -283,8 +283,8 @@ class ProcessTable:
         # keep the most specific name seen ("Worker_TP1" over the early "Worker")
         if info.name is None or (rank is not None and knowledge.role_and_rank(info.name)[1] is None):
             info.name = name
-        if role and not info.role:
-            info.role = role
+        if role and (not info.role or (rank is not None and role != info.role)):
+            info.role = role        # a name with a rank ("Worker_TP1") beats a generic one ("MainProcess")
         if rank is not None and (info.rank is None or info.rank_basis == "name" and info.rank != rank):
             info.rank, info.rank_basis = rank, "name"
 

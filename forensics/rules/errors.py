@@ -183,9 +183,11 @@ def surface_of(event: Event) -> Surface:
     chain = event.chain
     frames: tuple[Frame, ...] = ()
     exception = event.message
-    # the first exception of the chain that carries the error: where it surfaced first
-    # (a later "Error in model execution" that re-raises it only quotes it)
-    for exc in chain:
+    # a CUDA error: the first exception of the chain that carries it, where it surfaced
+    # first (a later "Error in model execution" that re-raises it only quotes it);
+    # anything else: the exception the process finally raised
+    order = chain if event.attrs.get("cuda_error") is not None else tuple(reversed(chain))
+    for exc in order:
         if event.attrs.get("cuda_error") is None or knowledge.find_cuda_error(f"{exc.type}: {exc.message}"):
             frames = exc.frames
             first = exc.message.splitlines()[0] if exc.message else ""
