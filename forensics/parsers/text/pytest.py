@@ -1,0 +1,127 @@
+"""pytest's long failure report (grammars/pytest_report.lark): one failed test's
+section becomes a traceback event.
+
+pytest prints the same facts as a Python traceback in its own shape: a section per
+failed test (``____ test_name[params] ____``), then for every frame the source excerpt
+with ``>`` on the line that raised, then the frame's location ``path:line: in func``
+(the test's own frame has no ``in``), ``E   `` lines for the exception, and a last
+location naming the exception's type.  Chained exceptions are separated by Python's
+chain sentences.  ``E   `` lines pasted without their section (a fragment) make a
+block of their own.
+"""
+
+from __future__ import annotations
+
+import re
+
+from lark import Token, Tree
+from lark.exceptions import LarkError
+
+from forensics import grammar
+from forensics.events import Frame, PyException
+from forensics.parsers.text.block import BlockResult, unparsable
+
+# "____ test_x[1] ____" (a long name leaves one "_" each side); not the "_ _ _" rule
+SECTION = re.compile(r"(?!(?:_ )+_?\s*$)_+ \S.* _+\s*$")
+ERROR_LINE = re.compile(r"E[ \t]{2,}\S")
+LOCATION = re.compile(r"[^\s:][^:]*:\d+:(?: in \S+| [A-Za-z_][\w.]*)?\s*$")
+RULE = re.compile(r"={3,}")            # the report's next part (short test summary ...)
+CHAIN = {"The above exception was the direct cause of the following exception:": "cause",
+         "During handling of the above exception, another exception occurred:": "context"}
+MAX_LINES = 20_000
+
+
+class PytestBlock:
+    format = "pytest"
+
+    def __init__(self, fragment: bool) -> None:
+        self.fragment = fragment        # started at an E line: only E lines (and locations) follow
+        self.lines: list[str] = []
+        self.linenos: list[int] = []
+        self.overflow = 0
+
+    def accepts(self, text: str, lineno: int, header) -> bool:
+        if self.lines and (SECTION.match(text) or RULE.match(text)):
+            return False
+        if self.fragment and self.lines and not (ERROR_LINE.match(text) or LOCATION.match(text)):
+            return False
+        if len(self.lines) >= MAX_LINES:
+            self.overflow += 1
+            return True
+        self.lines.append(text)
+        self.linenos.append(lineno)
+        return True
+
+    def close(self, make) -> BlockResult:
+        from forensics.parsers.text.classify import traceback_event
+        try:
+            chain = self._chain()
+        except (LarkError, ValueError):
+            return unparsable(self.linenos, self.lines, "a pytest report")
+        if not chain:
+            return unparsable(self.linenos, self.lines, "a pytest report")
+        event = traceback_event(chain, len(self.lines) + self.overflow, make)
+        return BlockResult([event], list(self.linenos), [], [], self.overflow)
+
+    def _chain(self) -> tuple[PyException, ...]:
+        test = None
+        chain: list[PyException] = []
+        frames: list[Frame] = []
+        errors: list[tuple[str | None, str]] = []
+        code = None
+        link = None
+
+        def finish():
+            nonlocal frames, errors, link
+            if not frames and not errors:
+                return
+            exc_type, message = _exception(errors)
+            chain.append(PyException(exc_type or "", message, tuple(frames), chained_by=link,
+                                     header_missing=False, cut=not errors))
+            frames, errors, link = [], [], None
+
+        for text in self.lines:
+            stripped = text.strip()
+            if stripped in CHAIN:
+                finish()
+                link = CHAIN[stripped]
+            elif SECTION.match(text):
+                test = _fields("header", text)["TITLE"].split("[", 1)[0]
+            elif ERROR_LINE.match(text):
+                fields = _fields("error", text)
+                errors.append((fields.get("EXC_TYPE"), (fields.get("EXC_MESSAGE") or ":")[1:].strip()
+                               if fields.get("EXC_TYPE") else fields.get("TEXT", "")))
+            elif text.startswith(">"):
+                code = _fields("marker", text).get("CODE")
+            elif LOCATION.match(text):
+                fields = _fields("location", text)
+                function = fields.get("FUNC") or (test if not frames and not chain and not link else None)
+                frames.append(Frame(fields["PATH"], int(fields["LINENO"]), function, code))
+                code = None
+                if fields.get("EXC_SHORT"):
+                    finish()
+        finish()
+        return tuple(chain)
+
+
+def _fields(rule: str, text: str) -> dict[str, str]:
+    tree: Tree = grammar.load("pytest_report", start=("header", "location", "marker", "error")).parse(
+        text.rstrip(), start=rule)
+    return {t.type: str(t) for t in tree.scan_values(lambda v: isinstance(v, Token))}
+
+
+def _exception(errors: list[tuple[str | None, str]]) -> tuple[str | None, str]:
+    """The exception the E lines say: the first typed line, its message and the lines after."""
+    for i, (exc_type, text) in enumerate(errors):
+        if exc_type:
+            rest = [t if t else "" for _, t in errors[i + 1:]]
+            return exc_type, "\n".join([text] + rest).strip()
+    return None, "\n".join(t for _, t in errors)
+
+
+def start(text: str, header: tuple | None = None) -> PytestBlock | None:
+    if SECTION.match(text):
+        return PytestBlock(fragment=False)
+    if ERROR_LINE.match(text):
+        return PytestBlock(fragment=True)
+    return None
