@@ -20,9 +20,28 @@ Event kinds are one enum with named groups, defined here and nowhere else:
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters at a token boundary.
+
+    Reports are redacted after the rules have cut messages; a cut through the middle
+    of an e-mail address or a token would leave a fragment the redactor no longer
+    recognises.  So the cut falls on whitespace: back to the last space before
+    ``limit`` when there is one in the last quarter, else forward to the end of the
+    token (at most ``4 * limit``)."""
+    if len(text) <= limit:
+        return text
+    back = text.rfind(" ", limit * 3 // 4, limit + 1)
+    if back > 0:
+        return text[:back] + " …"
+    ahead = re.search(r"\s", text[limit:limit * 4])
+    end = limit + ahead.start() if ahead else limit * 4
+    return text[:end] + (" …" if end < len(text) else "")
 
 
 class Severity(enum.IntEnum):

@@ -86,10 +86,22 @@ def html_text(text: object) -> str:
     return html.escape(plain(text, newlines=True), quote=True)
 
 
+def _plain_data(value: object) -> object:
+    """Every string in a JSON-like structure without control characters (the page shows
+    them with textContent: inert, but a bidi override would still reorder what is read)."""
+    if isinstance(value, str):
+        return plain(value, newlines=True)
+    if isinstance(value, dict):
+        return {plain(k, newlines=True) if isinstance(k, str) else k: _plain_data(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain_data(v) for v in value]
+    return value
+
+
 def script_json(value: object) -> str:
     """JSON safe inside <script type="application/json">: no "</script", "<!--", or
     line separators that end a JavaScript string."""
-    text = json.dumps(value, default=str, ensure_ascii=False)
+    text = json.dumps(_plain_data(value), default=str, ensure_ascii=False)
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 

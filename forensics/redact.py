@@ -6,23 +6,46 @@ stand-in, so that lanes and correlations in the report still line up.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 from forensics import knowledge
+
+
+def _is_ipv6(text: str) -> bool:
+    """A valid IPv6 address with at least one digit (not "::" alone)."""
+    try:
+        address = ipaddress.IPv6Address(text.split("%", 1)[0])
+    except ValueError:
+        return False
+    return not (address.is_loopback or address.is_unspecified)
+
+
+# `check` in a rule: the match must pass this to be redacted
+_CHECKS: dict[str, Callable[[str], bool]] = {"ipv6": _is_ipv6}
+
+
+def _public(host: str, hosts: frozenset[str]) -> bool:
+    host = host.lower().rstrip(".")
+    return any(host == h or host.endswith("." + h) for h in hosts)
 
 
 class Redactor:
     def __init__(self) -> None:
         self.counts: Counter = Counter()
         self._pseudonyms: dict[tuple[str, str], str] = {}
-        self._rules = [(r["kind"], re.compile(r["pattern"]), r["replace"])
-                       for r in knowledge.load("redaction")["rule"]]
+        data = knowledge.load("redaction")
+        self._public = frozenset(h.lower() for h in data.get("public", {}).get("hosts", ()))
+        self._rules = [(r["kind"], re.compile(r["pattern"]), r["replace"], r.get("allow") == "public",
+                        _CHECKS[r["check"]] if "check" in r else None)
+                       for r in data["rule"]]
 
     def text(self, value: str) -> str:
-        for kind, pattern, replace in self._rules:
-            value = pattern.sub(lambda m, k=kind, r=replace: self._replace(k, r, m), value)
+        for kind, pattern, replace, allow_public, check in self._rules:
+            value = pattern.sub(lambda m, k=kind, r=replace, a=allow_public, c=check: self._replace(k, r, m, a, c),
+                                value)
         return value
 
     def data(self, value: Any) -> Any:
@@ -35,8 +58,11 @@ class Redactor:
             return [self.data(v) for v in value]
         return value
 
-    def _replace(self, kind: str, replace: str, match: re.Match) -> str:
-        self.counts[kind] += 1
+    def _replace(self, kind: str, replace: str, match: re.Match, allow_public: bool = False,
+                 check: Callable[[str], bool] | None = None) -> str:
+        whole = match.group(0)
+        if check is not None and not check(whole):
+            return whole
         if replace.startswith("pseudonym-group:"):
             prefix = replace.split(":", 1)[1]
             groups = [g for g in match.groups()]
@@ -44,10 +70,16 @@ class Redactor:
             for i in range(0, len(groups) - 1, 2):
                 kept, secret = groups[i], groups[i + 1]
                 if secret:
+                    if allow_public and _public(secret, self._public):
+                        return whole
+                    self.counts[kind] += 1
                     return (kept or "") + self._pseudonym(kind, secret, prefix)
-            return match.group(0)
+            return whole
+        if allow_public and _public(whole, self._public):
+            return whole
+        self.counts[kind] += 1
         if replace.startswith("pseudonym:"):
-            return self._pseudonym(kind, match.group(0), replace.split(":", 1)[1])
+            return self._pseudonym(kind, whole, replace.split(":", 1)[1])
         return match.expand(replace)
 
     def _pseudonym(self, kind: str, secret: str, prefix: str) -> str:

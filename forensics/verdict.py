@@ -64,6 +64,16 @@ class Check(str, enum.Enum):
         return self.value
 
 
+def who(rank: int | None, pid: int | None, name: str | None = None, *, brief: bool = False) -> str:
+    """A process as a reader names it: "rank 2 (pid 667)" ("rank 2" when ``brief``),
+    "EngineCore (pid 12)", "pid 12", or "an unidentified process" - never "pid None"."""
+    if rank is not None:
+        return f"rank {rank}" + (f" (pid {pid})" if pid is not None and not brief else "")
+    if name:
+        return f"{name} (pid {pid})" if pid is not None else name
+    return f"pid {pid}" if pid is not None else "an unidentified process"
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     """The error the crash is about."""

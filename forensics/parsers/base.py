@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from forensics.events import Event
+from forensics.events import Event, clip
 
 # the name a source's dominant format is shown under (JSON sources[].kind)
 KIND_NAMES = {"vllm": "vllm-log", "sglang": "sglang-log", "glog": "c10-log", "nccl": "nccl-log",
@@ -69,7 +69,7 @@ class ParsedSource:
     def count_unparsed(self, lineno: int, text: str, keep: int = 5) -> None:
         self.unparsed_lines = (self.unparsed_lines or 0) + 1
         if len(self.unparsed_samples) < keep:
-            self.unparsed_samples.append((lineno, text[:200]))
+            self.unparsed_samples.append((lineno, clip(text, 200)))
 
     def to_json(self) -> dict:
         return {

@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from forensics import __version__
-from forensics.events import STORY, Event, Kind, Severity
-from forensics.verdict import Verdict
+from forensics.events import STORY, Event, Kind, Severity, clip
+from forensics.verdict import Verdict, who
 
 if TYPE_CHECKING:
     from forensics.case import Case
@@ -65,20 +65,20 @@ def _verdict(v: Verdict) -> dict:
                    "runtime_name": v.error.error.runtime_name, "message": v.error.error.message,
                    "meaning": v.error.error.meaning, "reported_at": v.error.reported_at,
                    "relayed_only": v.error.relayed_only, "surfaced_as": v.error.cause_of} if v.error else None),
-        "surfaces": [{"rank": s.rank, "pid": s.pid, "api": s.api, "file": s.file, "line": s.line,
+        "surfaces": [{"who": who(s.rank, s.pid), "rank": s.rank, "pid": s.pid, "api": s.api, "file": s.file, "line": s.line,
                       "function": s.function, "time": iso(s.time), "source": s.source, "exception": s.exception,
                       "how": s.how, "also_seen_in": list(s.also_seen_in), "error_code": s.error_code,
                       "graph_replay": s.graph_replay} for s in v.surfaces],
         # the contract: origin is null unless evidence names the kernel
-        "origin": ({"rank": origin.rank, "pid": origin.pid, "kernel": origin.kernel, "fault": origin.fault,
+        "origin": ({"who": who(origin.rank, origin.pid), "rank": origin.rank, "pid": origin.pid, "kernel": origin.kernel, "fault": origin.fault,
                     "address": origin.address, "confidence": origin.confidence.value, "notes": list(origin.notes),
                     "evidence": [{"kind": e.kind, "source": e.source, "text": e.text} for e in origin.evidence]}
                    if origin is not None and origin.kernel else None),
-        "faulting_process": ({"rank": origin.rank, "pid": origin.pid, "fault": origin.fault, "address": origin.address,
+        "faulting_process": ({"who": who(origin.rank, origin.pid), "rank": origin.rank, "pid": origin.pid, "fault": origin.fault, "address": origin.address,
                               "confidence": origin.confidence.value, "notes": list(origin.notes),
                               "evidence": [{"kind": e.kind, "source": e.source, "text": e.text} for e in origin.evidence]}
                              if origin is not None and not origin.kernel else None),
-        "first_failure": ({"rank": v.first_failure.rank, "pid": v.first_failure.pid, "time": iso(v.first_failure.time),
+        "first_failure": ({"who": who(v.first_failure.rank, v.first_failure.pid), "rank": v.first_failure.rank, "pid": v.first_failure.pid, "time": iso(v.first_failure.time),
                            "basis": v.first_failure.basis, "what": v.first_failure.what,
                            "launcher_opinion": v.first_failure.launcher_opinion} if v.first_failure else None),
         "collateral": list(v.collateral),
@@ -92,7 +92,7 @@ def _verdict(v: Verdict) -> dict:
 
 
 def _rank(r) -> dict:
-    return {"rank": r.rank, "pid": r.pid, "role": r.role, "status": r.status.value, "exit_code": r.exit_code,
+    return {"who": who(r.rank, r.pid, r.name or r.role), "rank": r.rank, "pid": r.pid, "role": r.role, "status": r.status.value, "exit_code": r.exit_code,
             "name": r.name, "host": r.host, "other_pids": list(r.other_pids), "first_error": r.first_error,
             "first_error_source": r.first_error_source, "failure": r.failure}
 
@@ -120,7 +120,7 @@ def select_timeline(events: list[Event], limit: int | None) -> list[Event]:
 
 def event_json(e: Event) -> dict:
     return {"time": iso(e.time), "rank": e.rank, "pid": e.pid, "role": e.role, "process": e.process,
-            "kind": e.kind.value, "severity": e.severity.name, "message": e.message[:500], "source": e.where,
+            "kind": e.kind.value, "severity": e.severity.name, "message": clip(e.message, 500), "source": e.where,
             "time_inferred": e.time_inferred, "untimed": e.time is None}
 
 
@@ -155,7 +155,7 @@ def evidence_excerpts(case: "Case") -> list[dict]:
         for ref in v.origin.evidence:
             add(f"origin evidence ({ref.kind})", ref.source)
     for s in v.surfaces:
-        add(f"surface on {'rank ' + str(s.rank) if s.rank is not None else 'pid ' + str(s.pid)}", s.source)
+        add(f"surface on {who(s.rank, s.pid)}", s.source)
     for r in v.ranks:
         if r.first_error_source and r.status.value in ("collateral", "unknown", "surfaced", "failed"):
             add(f"{'rank ' + str(r.rank) if r.rank is not None else (r.name or r.role)}: {r.status.value}",
@@ -166,7 +166,7 @@ def evidence_excerpts(case: "Case") -> list[dict]:
 def excerpt(event: Event) -> str:
     chain = event.chain
     if not chain:
-        return event.message[:4000]
+        return clip(event.message, 4000)
     lines = []
     for exc in chain:
         if exc.chained_by == "cause":

@@ -1,4 +1,7 @@
-"""The JSON report: the document as it is (schema forensics.report/1)."""
+"""The JSON report: the document as it is (schema forensics.report/1).
+
+ASCII only: control characters, C1 codes and bidi overrides from the logs stay in the
+data but as \\u escapes, so that `cat report.json` cannot drive a terminal."""
 
 from __future__ import annotations
 
@@ -7,4 +10,4 @@ from typing import TextIO
 
 
 def render(document: dict, out: TextIO, options) -> None:
-    out.write(json.dumps(document, indent=2, default=str, ensure_ascii=False) + "\n")
+    out.write(json.dumps(document, indent=2, default=str, ensure_ascii=True) + "\n")

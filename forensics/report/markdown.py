@@ -132,10 +132,10 @@ def _chain(document: dict) -> list[str]:
     origin, faulting = v["origin"], v["faulting_process"]
     if origin:
         src = origin["evidence"][0]["source"] if origin["evidence"] else "no source"
-        steps.append(f"{md_code(origin['kernel'])} on {_who(origin['rank'], origin['pid'])}: {md_text(origin['fault'])} "
+        steps.append(f"{md_code(origin['kernel'])} on {origin['who']}: {md_text(origin['fault'])} "
                      f"\\[{origin['confidence']} confidence; {md_code(src)}\\]")
     elif faulting:
-        steps.append(f"{_who(faulting['rank'], faulting['pid'])} faulted on the device ({md_text(faulting['fault'])}); "
+        steps.append(f"{faulting['who']} faulted on the device ({md_text(faulting['fault'])}); "
                      "no evidence names the kernel")
     elif v["error"] and v["error"]["sticky"]:
         steps.append("an earlier kernel faulted asynchronously (not named by any evidence)")
@@ -143,14 +143,14 @@ def _chain(document: dict) -> list[str]:
         api = f"{md_code(s['api'])} at " if s["api"] else ""
         where = f"{md_code(str(s['file']).rsplit('/', 1)[-1] + ':' + str(s['line']))} in {md_code(s['function'])}" \
             if s["file"] else "a host call"
-        steps.append(f"{_who(s['rank'], s['pid'])} noticed it: {api}{where} raised {md_code(s['exception'])} "
+        steps.append(f"{s['who']} noticed it: {api}{where} raised {md_code(s['exception'])} "
                      f"({md_text(s['how'])}) \\[{md_code(s['source'])}\\]")
     first = v["first_failure"]
     if first and not v["surfaces"] and not origin:
-        steps.append(f"first failure: {_who(first['rank'], first['pid'])} - {md_text(first['basis'])}")
+        steps.append(f"first failure: {first['who']} - {md_text(first['basis'])}")
     for r in document["ranks"]:
         if r["status"] == "collateral":
-            steps.append(f"{md_text(_label(r))} went down as collateral: {md_text(r['failure'] or '')}")
+            steps.append(f"{md_text(r['who'])} went down as collateral: {md_text(r['failure'] or '')}")
     return steps or ["no failure found in the inputs"]
 
 
@@ -230,14 +230,6 @@ def _cell_text(value) -> str:
     return md_text(str(value)[:300]).replace("|", "\\|")
 
 
-def _who(rank, pid) -> str:
-    if rank is not None:
-        return f"rank {rank}" + (f" (pid {pid})" if pid is not None else "")
-    return f"pid {pid}" if pid is not None else "an unidentified process"
-
-
-def _label(r: dict) -> str:
-    return f"rank {r['rank']}" if r["rank"] is not None else f"{r['name'] or r['role']} (pid {r['pid']})"
 
 
 def _is_url(text: str) -> bool:

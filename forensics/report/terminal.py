@@ -103,32 +103,32 @@ def _verdict_panel(document: dict, plain_output: bool):
     for s in v["surfaces"][:6]:
         where = f"{_short(s['file'])}:{s['line']} in {s['function']}" if s["file"] else "no source location"
         api = f"{s['api']} at " if s["api"] else ""
-        lines.append(_row("Surface", f"{_who(s['rank'], s['pid'])}: {plain(api + where)}",
+        lines.append(_row("Surface", f"{s['who']}: {plain(api + where)}",
                           (f"  [{plain(s['source'])}]", "source")))
     if len(v["surfaces"]) > 6:
         lines.append(Text(f"        ... {len(v['surfaces']) - 6} more surfaces (--format json)", style="note"))
     origin, faulting = v["origin"], v["faulting_process"]
     if origin:
         lines.append(_row("Origin", (plain(origin["kernel"]), "origin"),
-                          f" on {_who(origin['rank'], origin['pid'])}: {plain(origin['fault'])}",
+                          f" on {origin['who']}: {plain(origin['fault'])}",
                           (f"  confidence {origin['confidence']}", "label")))
         for note in origin["notes"]:
             lines.append(Text(f"        {plain(note)}", style="note"))
     elif faulting:
         lines.append(_row("Origin", ("kernel unknown", "collateral"),
-                          f" - {_who(faulting['rank'], faulting['pid'])} faulted on the device: {plain(faulting['fault'])}"))
+                          f" - {faulting['who']} faulted on the device: {plain(faulting['fault'])}"))
     elif error and error["sticky"]:
         lines.append(_row("Origin", ("unknown", "collateral"),
                           " - the calls above only reported an earlier asynchronous fault; no device evidence "
                           "names the kernel (see next steps)"))
     first = v["first_failure"]
     if first:
-        lines.append(_row("First", f"{_who(first['rank'], first['pid'])}: {plain(first['basis'])}"))
+        lines.append(_row("First", f"{first['who']}: {plain(first['basis'])}"))
         if first.get("launcher_opinion"):
             lines.append(Text(f"        {plain(first['launcher_opinion'])}", style="note"))
     collateral = [r for r in document["ranks"] if r["status"] == "collateral"]
     if collateral:
-        names = ", ".join(_label(r) for r in collateral)
+        names = ", ".join(r['who'] for r in collateral)
         lines.append(_row("Collat.", plain(names)))
     for note in v["notes"]:
         lines.append(Text(plain(note), style="note"))
@@ -256,14 +256,6 @@ def shell_wrap(command: str, width: int, indent: str = "") -> str:
     return "\n".join(lines)
 
 
-def _who(rank, pid) -> str:
-    if rank is not None:
-        return f"rank {rank}" + (f" pid {pid}" if pid is not None else "")
-    return f"pid {pid}" if pid is not None else "an unidentified process"
-
-
-def _label(r: dict) -> str:
-    return f"rank {r['rank']}" if r["rank"] is not None else f"{r['name'] or r['role']} (pid {r['pid']})"
 
 
 def _short(path: str | None) -> str:

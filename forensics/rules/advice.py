@@ -8,7 +8,7 @@ import re
 from forensics import inert, knowledge, names
 from forensics.events import Kind
 from forensics.rules.base import Evidence, Rule, VerdictView
-from forensics.verdict import FailureKind, NextStep, SignaturePart, Status
+from forensics.verdict import FailureKind, NextStep, SignaturePart, Status, who
 
 SIGNATURE_VERSION = "forensics.sig/1"
 
@@ -178,11 +178,6 @@ def _surface_site(surfaces) -> str | None:
     return None
 
 
-def rank_label(rank, pid=None) -> str:
-    if rank is not None:
-        return f"rank {rank}"
-    return f"pid {pid}" if pid is not None else "an unidentified process"
-
 
 class Headline(Rule):
     """Writes the verdict's one-line headline (what failed, where, on which rank, how
@@ -226,11 +221,11 @@ def headline(verdict) -> str:
             line += f"; {verdict.known_issues[0].likelihood} known issue {verdict.known_issues[0].id}"
         return line
     if origin is not None and origin.kernel:
-        parts.append(f"in {origin.kernel} on {rank_label(origin.rank, origin.pid)} ({origin.confidence} confidence)")
+        parts.append(f"in {origin.kernel} on {who(origin.rank, origin.pid, brief=True)} ({origin.confidence} confidence)")
     elif verdict.failure_kind == FailureKind.RELAY_ONLY:
         parts.append("- its own failure is not in these inputs")
     elif first is not None and (first.rank is not None or first.pid is not None):
-        parts.append(f"on {rank_label(first.rank, first.pid)}")
+        parts.append(f"on {who(first.rank, first.pid, brief=True)}")
         if origin is not None:
             parts.append(f"({origin.fault}; kernel unknown)")
         elif verdict.error is not None and verdict.error.error.sticky:
@@ -274,11 +269,11 @@ def summary(verdict) -> str:
     if verdict.surfaces:
         s = verdict.surfaces[0]
         where = f"{s.file.rsplit('/', 1)[-1]}:{s.line} {s.function}" if s.file else "a host call"
-        bits.append(f"surfaced on {rank_label(s.rank, s.pid)} at {s.api + ' at ' if s.api else ''}{where}")
+        bits.append(f"surfaced on {who(s.rank, s.pid, brief=True)} at {s.api + ' at ' if s.api else ''}{where}")
     if origin is not None and origin.kernel:
-        bits.append(f"faulting kernel {origin.kernel} on {rank_label(origin.rank, origin.pid)} ({origin.confidence} confidence)")
+        bits.append(f"faulting kernel {origin.kernel} on {who(origin.rank, origin.pid, brief=True)} ({origin.confidence} confidence)")
     elif origin is not None:
-        bits.append(f"{rank_label(origin.rank, origin.pid)} ran the faulting kernel ({origin.fault}) but no evidence names it")
+        bits.append(f"{who(origin.rank, origin.pid, brief=True)} ran the faulting kernel ({origin.fault}) but no evidence names it")
     elif error is not None and error.error.sticky:
         bits.append("the faulting kernel is unknown: the reporting call is only where the sticky error surfaced")
     first = verdict.first_failure

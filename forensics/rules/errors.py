@@ -5,7 +5,7 @@ from __future__ import annotations
 from forensics import knowledge
 from forensics.events import RELAY, Event, Frame, Kind
 from forensics.rules.base import Evidence, Rule, VerdictView
-from forensics.verdict import ErrorInfo, Surface
+from forensics.verdict import ErrorInfo, Surface, who
 
 # An error form that names no code: a torch "CUDA out of memory" is an allocator
 # failure, reported as such (failure kind oom), not as a CUDA error code.
@@ -118,10 +118,9 @@ class SurfacePoints(Rule):
         # a surface that is only a file-less relay of the same process is dropped when a better one exists
         verdict.surfaces = tuple(surfaces)
         for s in surfaces:
-            who = f"rank {s.rank}" if s.rank is not None else "an unranked process"
             site = f"{s.file}:{s.line} in {s.function}" if s.file else "no source location"
             api = f" via {s.api}" if s.api else ""
-            verdict.explain(f"On {who} (pid {s.pid}) the failure surfaced{api} at {site} ({s.how}); evidence "
+            verdict.explain(f"On {who(s.rank, s.pid)} the failure surfaced{api} at {site} ({s.how}); evidence "
                             f"{s.source}.")
         if not surfaces and error is not None:
             verdict.explain("The error is only known from relayed messages; no process's own report of it was found.")

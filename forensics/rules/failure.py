@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics import knowledge
-from forensics.events import OWN_FAILURE, RELAY, Event, Kind, freeze
+from forensics.events import OWN_FAILURE, RELAY, Event, Kind, clip, freeze
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.timeline import ProcessInfo
 from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status
@@ -592,7 +592,7 @@ class RankStatuses(Rule):
                                    (origin.pid is None and origin.rank is not None and origin.rank == info.rank)):
             where = own[0] if own else (mine[0] if mine else None)
             fault = f"its kernel {origin.kernel} faulted" if origin.kernel else f"its device work faulted ({origin.fault})"
-            return RankVerdict(status=Status.ORIGIN, first_error=where.message[:200] if where else None,
+            return RankVerdict(status=Status.ORIGIN, first_error=clip(where.message, 200) if where else None,
                                first_error_source=where.where if where else None, failure=fault, **base)
         if hang is not None and info.rank in hang.suspects and len(hang.suspects) == 1:
             failure = f"never joined the collective its peers waited in" + (f"; {hang.culprit_doing}" if hang.culprit_doing else "")
@@ -616,7 +616,7 @@ class RankStatuses(Rule):
                 status, failure = Status.UNKNOWN, describe(e)    # an exception after another rank failed
             if e.kind == Kind.OOM:
                 failure = "ran out of memory"
-            return RankVerdict(status=status, first_error=e.message[:200], first_error_source=e.where,
+            return RankVerdict(status=status, first_error=clip(e.message, 200), first_error_source=e.where,
                                failure=failure, **base)
         if info.pid in deaths or any(p in deaths for p in info.pids):
             words = deaths.get(info.pid) or next(deaths[p] for p in info.pids if p in deaths)
@@ -625,14 +625,14 @@ class RankStatuses(Rule):
         if relays:
             e = relays[0]
             if first is None and hang is None and verdict.failure_kind is None:
-                return RankVerdict(status=Status.UNKNOWN, first_error=e.message[:200], first_error_source=e.where,
+                return RankVerdict(status=Status.UNKNOWN, first_error=clip(e.message, 200), first_error_source=e.where,
                                    failure=_COLLATERAL_WORDS.get(e.kind, e.kind.value), **base)
             failure = _COLLATERAL_WORDS.get(e.kind, e.kind.value)
             if e.kind == Kind.SHUTDOWN and e.attrs.get("signal"):
                 failure = f"the launcher sent it {e.attrs['signal']} after another process failed"
             elif e.kind == Kind.SHUTDOWN and e.attrs.get("subject_pid") is not None:
                 failure = "killed by the shutdown after another process failed"
-            return RankVerdict(status=Status.COLLATERAL, first_error=e.message[:200], first_error_source=e.where,
+            return RankVerdict(status=Status.COLLATERAL, first_error=clip(e.message, 200), first_error_source=e.where,
                                failure=failure, **base)
         if isinstance(code, int) and code != 0:
             return RankVerdict(status=Status.UNKNOWN, failure=death_words(info.name, code), **base)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics import knowledge, names
-from forensics.events import Event, Kind
+from forensics.events import Event, Kind, clip
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.verdict import Confidence, EvidenceRef, Origin
 
@@ -103,7 +103,7 @@ class DeviceOrigin(Rule):
         if multi_rank and xids and pid is not None and all(x.pid != pid for x in xids):
             notes.append(f"an Xid names pid {xids[0].pid}, not {pid}")
             confidence = Confidence.LOW
-        refs = tuple(EvidenceRef(e.tool, e.where, e.text[:300]) for e in strong[:10])
+        refs = tuple(EvidenceRef(e.tool, e.where, clip(e.text, 300)) for e in strong[:10])
         refs += tuple(_ref(x) for x in xids[:3])
         return Origin(rank=rank, pid=pid, kernel=first.kernel, fault=first.fault,
                       address=next((e.address for e in strong if e.address), None),
@@ -189,4 +189,4 @@ def _app_fault_xid(event: Event) -> bool:
 
 
 def _ref(event: Event) -> EvidenceRef:
-    return EvidenceRef(event.kind.value, event.where, event.message[:300])
+    return EvidenceRef(event.kind.value, event.where, clip(event.message, 300))

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Iterator
 
 from forensics import knowledge
-from forensics.events import OWN_FAILURE, Event, Kind, Severity, freeze
+from forensics.events import OWN_FAILURE, Event, Kind, Severity, clip, freeze
 from forensics.inputs.normalise import Line, Normaliser
 from forensics.inputs.reader import ReadStats, chronological, iter_lines
 from forensics.inputs.sources import SNIFF_BYTES, Source
@@ -342,7 +342,7 @@ class _Run:
             entry.first = entry.first or when
             entry.last = when
         if len(entry.examples) < TRAFFIC_EXAMPLES:
-            entry.examples.append(line.text[:300])
+            entry.examples.append(clip(line.text, 300))
         if facts:
             entry.facts.update({k: v for k, v in facts.items() if isinstance(v, (int, float, str))})
 
