@@ -74,6 +74,25 @@ def who(rank: int | None, pid: int | None, name: str | None = None, *, brief: bo
     return f"pid {pid}" if pid is not None else "an unidentified process"
 
 
+def rank_list(ranks, limit: int = 16) -> str:
+    """Ranks as a reader scans them: sorted, runs as ranges ("0-3, 6"), and past
+    ``limit`` items cut with the count ("0, 60, 120 ... (334 ranks)")."""
+    ordered = sorted({r for r in ranks if r is not None})
+    items: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        items.append(str(ordered[i]) if j - i < 2 else f"{ordered[i]}-{ordered[j]}")
+        if j - i == 1:
+            items.append(str(ordered[j]))
+        i = j + 1
+    if len(items) > limit:
+        return ", ".join(items[:limit - 1]) + f" ... {items[-1]} ({len(ordered)} ranks)"
+    return ", ".join(items)
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     """The error the crash is about."""

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import PurePosixPath
 from typing import BinaryIO, Iterator
 
-from forensics.sources import SNIFF_BYTES, Source, classify
+from forensics.inputs.sources import SNIFF_BYTES, Source, classify
 
 MAX_MEMBERS = 10_000
 MAX_MEMBER_BYTES = 8 << 30          # expanded size of one member
@@ -23,6 +23,21 @@ MAX_TOTAL_BYTES = 32 << 30          # expanded size of one archive
 MAX_RATIO = 200                     # expanded / compressed, per zip member
 MAX_DEPTH = 2                       # an archive inside an archive, no deeper
 MAX_NESTED_ZIP_BYTES = 64 << 20     # a zip inside an archive must fit in memory: cap it
+MAX_HEADER_BYTES = 1 << 20          # a PAX or GNU long-name header (tarfile holds it in memory)
+ZIP_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
+               zipfile.ZIP_LZMA: "lzma"}   # what Python's zipfile can read
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """tarfile reads a PAX extended header or a GNU long name whole into memory, however
+    large the header claims to be: refuse one past MAX_HEADER_BYTES."""
+
+    def _proc_member(self, tarfile_):  # noqa: D401 - tarfile's hook
+        if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE,
+                         tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE) and self.size > MAX_HEADER_BYTES:
+            raise tarfile.HeaderError(f"a {self.size:,}-byte extended header (names and attributes are "
+                                      f"capped at {MAX_HEADER_BYTES:,})")
+        return super()._proc_member(tarfile_)
 
 
 class ArchiveLimitError(OSError):
@@ -101,7 +116,8 @@ def _member_source(archive: Source, name: str, stream: BinaryIO, size: int | Non
 
 def _tar_members(archive: Source, depth: int) -> Iterator[Source]:
     count, total = 0, 0
-    with archive.open_binary() as raw, tarfile.open(fileobj=raw, mode="r|") as tar:
+    # a stream ("r|"): never seeks, reads each member once, holds nothing
+    with archive.open_binary() as raw, tarfile.open(fileobj=raw, mode="r|", tarinfo=_BoundedTarInfo) as tar:
         for member in tar:
             count += 1
             if count > MAX_MEMBERS:
@@ -119,9 +135,13 @@ def _tar_members(archive: Source, depth: int) -> Iterator[Source]:
             if not member.isfile():
                 yield _skipped(archive, member.name, "device, fifo or special file; skipped")
                 continue
-            if member.size > MAX_MEMBER_BYTES or total + member.size > MAX_TOTAL_BYTES:
-                yield _skipped(archive, member.name, f"{member.size:,} bytes is past the size cap; skipped")
-                continue
+            if member.size > MAX_MEMBER_BYTES or total + member.size > MAX_TOTAL_BYTES or \
+                    (archive.is_plain_file and archive.size is not None and member.offset_data + member.size > archive.size):
+                # skipping a member in a stream means reading past it: a member claiming
+                # 2**62 bytes would never end, so the rest of the archive is left unread
+                yield _skipped(archive, member.name, f"claims {member.size:,} bytes, past the size cap or the "
+                                                     "archive's own size; the rest of the archive is not read")
+                return
             total += member.size
             stream = tar.extractfile(member)
             if stream is None:
@@ -156,6 +176,14 @@ def _zip_members(archive: Source, depth: int) -> Iterator[Source]:
                 continue
             if info.is_dir():
                 continue
+            if info.flag_bits & 0x1:
+                yield _skipped(archive, info.filename, "encrypted; decrypt it and give forensics the file")
+                continue
+            if info.compress_type not in ZIP_METHODS:
+                yield _skipped(archive, info.filename, f"compression method {info.compress_type} "
+                                                       f"({'Deflate64' if info.compress_type == 9 else 'unsupported'}); "
+                                                       "extract it (unzip, 7z) and give forensics the file")
+                continue
             mode = (info.external_attr >> 16) & 0o170000
             if mode and mode not in (0o100000,):
                 yield _skipped(archive, info.filename, "link or special file; not followed")
@@ -171,7 +199,12 @@ def _zip_members(archive: Source, depth: int) -> Iterator[Source]:
                 continue
             total += info.file_size
             limit = min(MAX_MEMBER_BYTES, max(info.file_size, 1) + (1 << 16))   # declared size is a promise
-            with zf.open(info) as stream:
+            try:
+                stream = zf.open(info)
+            except (RuntimeError, NotImplementedError, zipfile.BadZipFile, OSError, ValueError) as exc:
+                yield _skipped(archive, info.filename, f"unreadable ({exc}); skipped")
+                continue
+            with stream:
                 yield from _member_source(archive, info.filename, stream, info.file_size, depth, limit)
 
 

@@ -54,6 +54,7 @@ class ReadStats:
     long_lines: int = 0
     invalid_utf8_lines: int = 0
     nul_lines: int = 0
+    blank_lines: int = 0       # blank lines after the first of a run: counted, not handed on
     encoding: str = "utf-8"
     problems: list[str] = field(default_factory=list)
 
@@ -70,6 +71,7 @@ class ReadStats:
         return notes
 
 
+_BLANK = frozenset({b"\n", b"\r\n", b"\r", b" \n"})
 READ_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error, ValueError)
 
 
@@ -86,6 +88,7 @@ def iter_lines(stream: BinaryIO, stats: ReadStats, head: bytes | None = None) ->
 def _utf8_lines(stream: BinaryIO, stats: ReadStats) -> Iterator[tuple[int, str]]:
     lineno = 0
     first = True
+    blank = False
     while True:
         try:
             chunk = stream.readline(MAX_LINE_BYTES)
@@ -95,6 +98,15 @@ def _utf8_lines(stream: BinaryIO, stats: ReadStats) -> Iterator[tuple[int, str]]
         if not chunk:
             return
         lineno += 1
+        if chunk in _BLANK:
+            # a run of blank lines is one blank line to the parsers (a file of newlines
+            # is a flood, not a log); the rest are counted here
+            if blank:
+                stats.blank_lines += 1
+                continue
+            blank = True
+        else:
+            blank = False
         if not chunk.endswith(b"\n") and len(chunk) >= MAX_LINE_BYTES:
             stats.long_lines += 1
             try:

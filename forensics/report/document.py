@@ -78,7 +78,8 @@ def _verdict(v: Verdict) -> dict:
                               "confidence": origin.confidence.value, "notes": list(origin.notes),
                               "evidence": [{"kind": e.kind, "source": e.source, "text": e.text} for e in origin.evidence]}
                              if origin is not None and not origin.kernel else None),
-        "first_failure": ({"who": who(v.first_failure.rank, v.first_failure.pid), "rank": v.first_failure.rank, "pid": v.first_failure.pid, "time": iso(v.first_failure.time),
+        "first_failure": ({"who": (who(v.first_failure.rank, v.first_failure.pid)
+                                   if v.first_failure.rank is not None or v.first_failure.pid is not None else "undecided"), "rank": v.first_failure.rank, "pid": v.first_failure.pid, "time": iso(v.first_failure.time),
                            "basis": v.first_failure.basis, "what": v.first_failure.what,
                            "launcher_opinion": v.first_failure.launcher_opinion} if v.first_failure else None),
         "collateral": list(v.collateral),

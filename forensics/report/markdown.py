@@ -148,9 +148,11 @@ def _chain(document: dict) -> list[str]:
     first = v["first_failure"]
     if first and not v["surfaces"] and not origin:
         steps.append(f"first failure: {first['who']} - {md_text(first['basis'])}")
-    for r in document["ranks"]:
-        if r["status"] == "collateral":
-            steps.append(f"{md_text(r['who'])} went down as collateral: {md_text(r['failure'] or '')}")
+    collateral = [r for r in document["ranks"] if r["status"] == "collateral"]
+    for r in collateral[:16]:
+        steps.append(f"{md_text(r['who'])} went down as collateral: {md_text(r['failure'] or '')}")
+    if len(collateral) > 16:
+        steps.append(f"... and {len(collateral) - 16} more collateral processes (the JSON report lists them)")
     return steps or ["no failure found in the inputs"]
 
 

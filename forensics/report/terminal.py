@@ -128,7 +128,8 @@ def _verdict_panel(document: dict, plain_output: bool):
             lines.append(Text(f"        {plain(first['launcher_opinion'])}", style="note"))
     collateral = [r for r in document["ranks"] if r["status"] == "collateral"]
     if collateral:
-        names = ", ".join(r['who'] for r in collateral)
+        names = ", ".join(r['who'] for r in collateral[:12]) + \
+            (f" ... ({len(collateral)} in all; --format json lists them)" if len(collateral) > 12 else "")
         lines.append(_row("Collat.", plain(names)))
     for note in v["notes"]:
         lines.append(Text(plain(note), style="note"))

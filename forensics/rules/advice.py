@@ -8,7 +8,7 @@ import re
 from forensics import inert, knowledge, names
 from forensics.events import Kind
 from forensics.rules.base import Evidence, Rule, VerdictView
-from forensics.verdict import FailureKind, NextStep, SignaturePart, Status, who
+from forensics.verdict import FailureKind, NextStep, SignaturePart, Status, rank_list, who
 
 SIGNATURE_VERSION = "forensics.sig/1"
 
@@ -285,7 +285,7 @@ def summary(verdict) -> str:
         bits.append("the first failing rank cannot be told from these inputs")
     collateral = sorted({v.rank for v in verdict.ranks if v.status == Status.COLLATERAL and v.rank is not None})
     if collateral:
-        bits.append(f"collateral ranks: {', '.join(map(str, collateral))}")
+        bits.append(f"collateral ranks: {rank_list(collateral)}")
     if not bits:
         return "No failure found in the inputs."
     return "; ".join(bits) + "."

@@ -114,7 +114,7 @@ class SurfacePoints(Rule):
             # an unsigned report that names no place adds nothing beside the processes' own
             per_process = {key: s for key, s in per_process.items()
                            if not (isinstance(key, tuple) and key[0] == "input" and s.file is None)}
-        surfaces = sorted(per_process.values(), key=lambda s: (s.time is None, s.time or 0, s.source))
+        surfaces = sorted(per_process.values(), key=lambda s: (s.time is None, s.time or 0, s.rank is None, s.rank or 0, s.source))
         # a surface that is only a file-less relay of the same process is dropped when a better one exists
         verdict.surfaces = tuple(surfaces)
         for s in surfaces:

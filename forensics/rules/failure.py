@@ -8,7 +8,7 @@ from forensics import knowledge
 from forensics.events import OWN_FAILURE, RELAY, Event, Kind, clip, freeze
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.timeline import ProcessInfo
-from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status
+from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status, rank_list
 
 # Evidence of a process's own failure (as opposed to noticing someone else's).
 OWN = OWN_FAILURE | {Kind.XID, Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP}
@@ -134,7 +134,7 @@ class CollectiveHang(Rule):
             doing = stalled_at(evidence, suspects[0])
         verdict.hang = Hang(collective=op, seq=seq if seq is not None and seq >= 0 else None,
                             waited=tuple(sorted(waited)), suspects=suspects, culprit_doing=doing)
-        verdict.explain(f"Hang: ranks {', '.join(map(str, sorted(waited))) or '?'} timed out waiting in "
+        verdict.explain(f"Hang: ranks {rank_list(waited) or '?'} timed out waiting in "
                         f"{op or 'a collective'}; suspected late rank(s): {', '.join(map(str, suspects)) or 'unknown'}"
                         + (f"; it was {doing}" if doing else "") + ".")
 
@@ -302,11 +302,11 @@ class FirstFailureRule(Rule):
         basis = f"earliest failure of its own ({earliest.what}) at {event.where}"
         rank = earliest.rank
         if tied:
-            basis += (f"; ranks {', '.join(map(str, tied))} reported the same within the same second, so rank "
+            basis += (f"; ranks {rank_list(tied)} reported the same within the same second, so rank "
                       f"{rank} is first only in log order - not evidence that it faulted first")
             if _same_failure(candidates, event):
                 rank = None
-                basis = (f"ranks {', '.join(map(str, sorted({earliest.rank} | set(tied))))} reported the same "
+                basis = (f"ranks {rank_list({earliest.rank} | set(tied))} reported the same "
                          f"failure ({earliest.what}) within the same second: the logs cannot tell which failed first")
         peers = sorted({c.pid for c in candidates if c is not earliest and c.rank is None and c.pid is not None
                         and c.pid != earliest.pid and c.event.kind == event.kind and _same_time(c.event, event)})
@@ -321,12 +321,12 @@ class FirstFailureRule(Rule):
                      f"{unsigned_same_time.event.where}, in the same second as rank {earliest.rank}'s report at "
                      f"{event.where}: the logs cannot tell which failed first")
         if others:
-            basis += f"; ranks {', '.join(map(str, others))} failed later"
+            basis += f"; ranks {rank_list(others)} failed later"
         if not tied and not others and rank is not None:
             basis += "; no other rank failed on its own"
         missing = missing_ranks(evidence, env)
         if missing and rank is not None:
-            basis += (f"; the logs of ranks {', '.join(map(str, missing))} are missing, so one of them may have "
+            basis += (f"; the logs of ranks {rank_list(missing)} are missing, so one of them may have "
                       "failed earlier - this cannot be ruled out")
         verdict.first_failure = FirstFailure(rank, earliest.pid if rank is not None else None, event.time, basis,
                                              earliest.what, _differs(launcher, rank))
@@ -337,7 +337,7 @@ class FirstFailureRule(Rule):
         timeouts = evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)
         first = timeouts[0]
         nccl = any(e.attrs.get("message_id") in ("nccl-watchdog-timeout", "nccl-timeout-work") for e in timeouts)
-        waited = ", ".join(map(str, hang.waited)) or "?"
+        waited = rank_list(hang.waited) or "?"
         what_op = f"{hang.collective} SeqNum={hang.seq}" if hang.seq is not None else (hang.collective or "a collective")
         if len(hang.suspects) == 1:
             rank = hang.suspects[0]

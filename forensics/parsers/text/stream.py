@@ -185,6 +185,8 @@ class _Run:
         self._finish_collectors()
         out.traffic = sorted(self.traffic.values(), key=lambda t: -t.count)
         out.counted_lines += sum(t.count for t in self.traffic.values())
+        out.lines += self.stats.blank_lines
+        out.noise_lines += self.stats.blank_lines
         if self.scanner is not None:
             out.counted_lines += self.scanner.counted
             out.lines += self.scanner.counted
@@ -212,6 +214,10 @@ class _Run:
     def _line(self, line: Line) -> None:
         out = self.out
         out.lines += 1
+        if (not line.text or line.text.isspace()) and not self._busy():
+            # blank lines between records (and files of nothing else): counted, no parse
+            out.noise_lines += 1
+            return
         rec = self.lines.parse(line.text)
         text = rec.message
         header = rec.header
