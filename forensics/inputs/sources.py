@@ -10,7 +10,6 @@ read to that size), folders by depth and by the number of readable files.
 from __future__ import annotations
 
 import bz2
-import gzip
 import io
 import lzma
 import os

@@ -6,18 +6,12 @@ A large log is read in multi-megabyte blocks; each block is searched with C-spee
 message catalogue's triggers, error levels, block starts).  Only the lines that hold an
 anchor - plus a window of lines before and after each, the lines of any block still open
 (a traceback's frames carry no anchor) and the file's last lines - reach the grammars.
-Every other line is counted (``counted_lines``), never silently lost.  For a plain file
-the anchors are found by ``grep -F`` running beside the parser when grep is installed
-(it is on every Linux); the pure-Python block scan gives the same lines without it.
+Every other line is counted (``counted_lines``), never silently lost.
 """
 
 from __future__ import annotations
 
 import functools
-import os
-import shutil
-import subprocess
-import tempfile
 from collections import deque
 from typing import BinaryIO, Callable, Iterator
 
@@ -66,7 +60,7 @@ class Scanner:
     """Yields (line number, text) of the lines to parse; counts the others.
 
     ``hits``: absolute byte offsets of anchor matches, in order, when something faster
-    than Python found them (``grep_hits``); else each block is searched here."""
+    than Python found them; else each block is searched here."""
 
     def __init__(self, stream: BinaryIO, busy: Callable[[], bool], hits: Iterator[int] | None = None) -> None:
         self.stream = stream
@@ -88,17 +82,39 @@ class Scanner:
             skipped_tail.clear()
             return number, self._text(raw)
 
+        giant: bytes | None = None      # the head of a line longer than MAX_LINE, while its rest is dropped
         while True:
             data = self.stream.read(BLOCK_BYTES)
+            if giant is not None:
+                # inside an over-long line: drop it in blocks (memory stays flat) up to its
+                # newline; it is one line, cut to its head
+                nl = data.find(b"\n")
+                if nl < 0 and data:
+                    self._base += len(data)
+                    continue
+                self._base += nl + 1 if nl >= 0 else 0
+                data = data[nl + 1:] if nl >= 0 else b""
+                self.long_lines += 1
+                lineno += 1
+                yield emit(lineno, giant)
+                giant = None
+                if not data:
+                    if nl < 0:
+                        break
+                    continue
             if not data and not carry:
                 break
             block = carry + data
             cut = block.rfind(b"\n")
-            if data and cut < 0 and len(block) < 4 * BLOCK_BYTES:
-                carry = block                       # no complete line yet
+            if data and cut < 0:
+                if len(block) < 4 * BLOCK_BYTES:
+                    carry = block                   # no complete line yet
+                else:
+                    giant, carry = block[:MAX_LINE], b""
+                    self._base += len(block)
                 continue
             if cut < 0:
-                block, carry = block + b"\n", b""   # a last line without newline, or a giant one
+                block, carry = block + b"\n", b""   # a last line without newline
             else:
                 carry, block = block[cut + 1:], block[: cut + 1]
             pos = 0
@@ -167,37 +183,6 @@ class Scanner:
         if "\x00" in text:
             text = text.replace("\x00", "")
         return text[:-1] if text.endswith("\r") else text
-
-
-def grep_hits(path: str) -> Iterator[int] | None:
-    """Byte offsets of anchor matches in a plain file, found by ``grep -F`` (Aho-Corasick,
-    and a second core); None when grep is not there (the Python block scan is used)."""
-    grep = shutil.which("grep")
-    if grep is None:
-        return None
-    pattern_file = tempfile.NamedTemporaryFile("wb", suffix=".anchors", delete=False)
-    pattern_file.write(b"\n".join(anchors()) + b"\n")
-    pattern_file.close()
-    try:
-        proc = subprocess.Popen([grep, "-F", "-o", "-b", "-a", "-f", pattern_file.name, "--", path],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                env={"LC_ALL": "C", "PATH": os.environ.get("PATH", "")})
-    except OSError:
-        os.unlink(pattern_file.name)
-        return None
-
-    def offsets() -> Iterator[int]:
-        try:
-            for line in proc.stdout:
-                colon = line.find(b":")
-                if colon > 0:
-                    yield int(line[:colon])
-        finally:
-            proc.stdout.close()
-            proc.kill()
-            proc.wait()
-            os.unlink(pattern_file.name)
-    return offsets()
 
 
 def _hit_lines(block: bytes) -> list[int]:

@@ -10,7 +10,7 @@ from packaging.version import InvalidVersion, Version
 
 from forensics.events import Kind
 from forensics.rules.base import Evidence, Rule, VerdictView
-from forensics.verdict import Check, ChecklistItem, FailureKind, Status, rank_list
+from forensics.verdict import Check, ChecklistItem, Status, rank_list
 
 
 class Checklist(Rule):

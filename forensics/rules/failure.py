@@ -595,7 +595,7 @@ class RankStatuses(Rule):
             return RankVerdict(status=Status.ORIGIN, first_error=clip(where.message, 200) if where else None,
                                first_error_source=where.where if where else None, failure=fault, **base)
         if hang is not None and info.rank in hang.suspects and len(hang.suspects) == 1:
-            failure = f"never joined the collective its peers waited in" + (f"; {hang.culprit_doing}" if hang.culprit_doing else "")
+            failure = "never joined the collective its peers waited in" + (f"; {hang.culprit_doing}" if hang.culprit_doing else "")
             return RankVerdict(status=Status.UNKNOWN, failure=failure, **base)
         if own:
             e = own[0]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
 import struct
 import tempfile
 from contextlib import contextmanager
@@ -40,6 +39,7 @@ MAX_HEADERS = 1 << 20             # section or program headers looked at, at mos
 MAX_NOTES = 100_000               # notes decoded per core, at most
 MAX_FILE_ENTRIES = 200_000        # NT_FILE mappings decoded, at most
 MAX_THREADS_LISTED = 64           # threads kept in the dataclass (the count is exact)
+MAX_SPOOL = 4 << 30       # a compressed dump is decompressed into an unlinked temporary file, up to this
 SPOOL_IN_MEMORY = 64 << 20        # decompressed inputs larger than this go to a temp file
 
 
@@ -70,7 +70,11 @@ def open_seekable(source: Source) -> Iterator[tuple[BinaryIO, int]]:
     try:
         with source.open_binary() as raw:
             try:
-                shutil.copyfileobj(raw, spool, 1 << 20)
+                while chunk := raw.read(1 << 20):
+                    spool.write(chunk)
+                    if spool.tell() > MAX_SPOOL:
+                        raise CoreDumpError(f"decompresses past {MAX_SPOOL >> 30} GiB; decompress it and give "
+                                            "forensics the file (read in place, never copied)")
             except (OSError, EOFError, ValueError) as exc:
                 raise CoreDumpError(f"the compressed core dump could not be fully decompressed ({exc})") from exc
         size = spool.tell()

@@ -149,13 +149,10 @@ class TracebackBlock:
         if chain is None:
             return unparsable(self.linenos, self.lines, "a traceback")
         problems = []
-        used = [n for n, _ in pairs]
-        unparsed = []
-        if dropped:
-            unparsed = pairs[-dropped:]
-            used = used[:-dropped]
-            problems.append(f"line {pairs[-dropped][0]}: the traceback's last line is cut mid-token; "
-                            "everything before the cut is used")
+        used = [n for i, (n, _) in enumerate(pairs) if i not in dropped]
+        unparsed = [pair for i, pair in enumerate(pairs) if i in dropped]
+        for n, _ in unparsed:
+            problems.append(f"line {n}: a traceback line cut mid-token; the rest of the traceback is used")
         if self.overflow:
             problems.append(f"line {self.linenos[0]}: a traceback of more than {MAX_BLOCK_LINES:,} lines; "
                             f"{self.overflow:,} lines after that were counted, not read")
@@ -291,22 +288,35 @@ def parse_block(text: str) -> tuple[PyException, ...] | None:
     return frames_filtered
 
 
-def parse_lines(lines: list[str]) -> tuple[tuple[PyException, ...] | None, int]:
-    """The chain of a block, keeping everything before a last line cut mid-token:
-    (chain, number of trailing lines dropped to make it parse)."""
+# a frame line whose closing '", line N' was lost (a paste or a log cut it mid-token)
+_CUT_FRAME = re.compile(r'^\s*File "(?!.*", line \d+)')
+
+
+def parse_lines(lines: list[str]) -> tuple[tuple[PyException, ...] | None, frozenset[int]]:
+    """The chain of a block, recovering from lines cut mid-token: a cut frame line
+    anywhere is left out, else up to two trailing lines are.  Returns (chain, indexes
+    of the lines left out)."""
     kept = [line for line in lines if line.strip()]
-    for dropped in range(0, min(3, len(kept))):
-        body = kept[:len(kept) - dropped] if dropped else kept
-        if not body:
-            break
-        chain = parse_block("".join(line.rstrip() + "\n" for line in body))
+
+    def attempt(skip: frozenset[int]):
+        body = [line for i, line in enumerate(kept) if i not in skip]
+        return parse_block("".join(line.rstrip() + "\n" for line in body)) if body else None
+
+    chain = attempt(frozenset())
+    if chain:
+        return chain, frozenset()
+    cut_frames = frozenset(i for i, line in enumerate(kept) if _CUT_FRAME.match(line))
+    candidates = [cut_frames] if cut_frames else []
+    candidates += [frozenset(range(len(kept) - n, len(kept))) for n in (1, 2) if n < len(kept)]
+    for skip in candidates:
+        chain = attempt(skip)
         if chain:
-            if dropped:
-                last = chain[-1]
+            last = chain[-1]
+            if max(skip) == len(kept) - 1:    # the end was lost: the chain is cut
                 chain = chain[:-1] + (PyException(last.type, last.message, last.frames, last.unraisable_in,
                                                   last.chained_by, last.header_missing, True),)
-            return chain, dropped
-    return None, 0
+            return chain, skip
+    return None, frozenset()
 
 
 def innermost_frames(chain: tuple[PyException, ...]) -> tuple[Frame, ...]:
