@@ -22,7 +22,8 @@ _ESCAPES = re.compile(
     r"|\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"  # OSC ... BEL / ST
     r"|\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\|\x9c)?"     # DCS / SOS / PM / APC ... ST
     r"|\x1b[ -/]*[0-~]?"                            # other escapes, and a lone ESC
-    r"|[\x9b\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x9c)?"  # 8-bit CSI/OSC/DCS/SOS/PM/APC strings
+    r"|\x9b[0-?]*[ -/]*[@-~]?"                     # 8-bit CSI
+    r"|[\x9d\x90\x98\x9e\x9f][^\x07\x1b\x9c]*(?:\x07|\x9c)?"  # 8-bit OSC/DCS/SOS/PM/APC strings
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"               # C0 but \t \n, DEL, C1
     r"|[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]"  # bidi controls
 )

@@ -12,6 +12,7 @@ unparsed.  Nothing is dropped without being counted.
 from __future__ import annotations
 
 import functools
+import io
 import re
 from dataclasses import replace
 from datetime import datetime
@@ -20,7 +21,7 @@ from typing import Iterator
 from forensics import knowledge
 from forensics.events import OWN_FAILURE, Event, Kind, Severity, clip, freeze
 from forensics.inputs.normalise import Line, Normaliser
-from forensics.inputs.reader import ReadStats, chronological, iter_lines
+from forensics.inputs.reader import ReadStats, chronological, detect_encoding, iter_lines
 from forensics.inputs.sources import SNIFF_BYTES, Source
 from forensics.parsers import registry, scan
 from forensics.parsers.base import ParsedSource, Traffic, dominant_kind
@@ -144,6 +145,33 @@ def unescape_traceback(text: str) -> list[str]:
     return [piece for piece in body.split("\n") if piece.strip()]
 
 
+class _Prefixed(io.RawIOBase):
+    """``head`` (bytes already read), then the rest of ``stream``."""
+
+    def __init__(self, head: bytes, stream) -> None:
+        self._head, self._stream = memoryview(head), stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        if self._head:
+            n = min(len(buffer), len(self._head))
+            buffer[:n] = self._head[:n]
+            self._head = self._head[n:]
+            return n
+        if self._stream is None:
+            return 0
+        data = self._stream.read(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            return bytes(self._head) + (self._stream.read() if self._stream is not None else b"")
+        return super().read(size)
+
+
 class TextParser:
     """Parses one text source; never raises on content (a bad line is counted)."""
 
@@ -199,8 +227,17 @@ class _Run:
 
     def _physical(self, stream) -> Iterator[tuple[int, str]]:
         head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES] if hasattr(stream, "peek") else None
-        size = self.source.size or 0
-        if size >= FAST_PATH_BYTES and not self.source.compression and (head is None or b"\x00" not in head[:4096]):
+        if head is not None and (b"\x00" in head[:4096] or detect_encoding(head) != "utf-8"):
+            return chronological(iter_lines(stream, self.stats, head), self.stats)
+        known = self.source.size if self.source.size is not None and not self.source.compression else None
+        if known is None:
+            # a stream (stdin, an archive member) or a compressed file: the decompressed
+            # size decides, so the first FAST_PATH_BYTES are held to find out
+            held = stream.read(FAST_PATH_BYTES)
+            stream = _Prefixed(held, stream) if len(held) >= FAST_PATH_BYTES else io.BufferedReader(
+                _Prefixed(held, None), buffer_size=1 << 16)
+            known = FAST_PATH_BYTES if len(held) >= FAST_PATH_BYTES else len(held)
+        if known >= FAST_PATH_BYTES:
             self.scanner = scan.Scanner(stream, self._busy)
             return self.scanner.lines()
         return chronological(iter_lines(stream, self.stats, head), self.stats)
