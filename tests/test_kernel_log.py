@@ -1,53 +1,207 @@
-"""grammars/kernel_log.lark and the Xid catalogue, on real dmesg lines."""
+"""Kernel log lines (the "kernel" line format, grammars/kernel_log.lark; the xid and
+oom-killer entries of data/messages.toml; data/xid.toml): dmesg, dmesg -T, journalctl
+-k and syslog, and the NVRM Xid lines they carry.
+
+Real lines are from tests/data/gpu (dmesg of the H200 recordings); the others are
+hand-made in the kernel's and journald's printed shapes.
+"""
+
+from __future__ import annotations
 
 from datetime import datetime
 
 import pytest
 
-from forensics.events import Kind
-from forensics.parsers import kernel_log
-from forensics.parsers.text import TextLogParser
-from forensics.rules.origin import xid_catalogue
-from forensics.sources import sniff
-from tests.conftest import DATA, RECORDINGS
+from forensics import knowledge
+from forensics.events import Kind, Severity
+from forensics.parsers.text import kernel_log
+from forensics.parsers.text.lines import LineParser
+from tests.conftest import DATA
+from tests.helpers import parse_text
+
+XID_31 = ("NVRM: Xid (PCI:0000:61:00): 31, pid=40417, name=pt_main_thread, channel 0x00000012, intr 00000000. "
+          "MMU Fault: ENGINE GRAPHICS GPC3 GPCCLIENT_T1_4 faulted @ 0x7f51_c2e40000. Fault is of type FAULT_PDE "
+          "ACCESS_TYPE_VIRT_READ")
 
 
-def test_dmesg_uptime_envelope_real():
-    line = (RECORDINGS / "gpu/s1a_tp4_prefill_crash/dmesg.txt")
-    if not line.exists():
-        pytest.skip("shared recordings not available")
-    text = line.read_text().splitlines()[1]
-    parsed = kernel_log.parse(text)
-    assert parsed.uptime == 62.489435 and parsed.message.startswith("NVRM: Xid (PCI:0000:00:06): 31, pid=895")
+def xids(parsed):
+    return [e for e in parsed.events if e.kind == Kind.XID]
 
 
-@pytest.mark.parametrize("line, wall, stamp, host", [
-    # hand-made from dmesg -T, journalctl -k, syslog and short-iso formats
-    ("[Wed Dec  2 10:42:37 2026] NVRM: Xid (PCI:0000:00:06): 31, pid=1, name=p, x", datetime(2026, 12, 2, 10, 42, 37), None, None),
-    ("Dec 02 10:42:37 gpu-node-7 kernel: NVRM: Xid (PCI:0000:00:06): 13, x", None, "12-02 10:42:37", "gpu-node-7"),
-    ("2026-12-02T10:42:37.5+00:00 gpu-node-7 kernel: NVRM: Xid (PCI:0000:00:06): 13, x",
-     datetime(2026, 12, 2, 10, 42, 37, 500000), None, "gpu-node-7"),
+def one_xid(text: str):
+    parsed = parse_text(text + "\n")
+    assert parsed.unparsed_lines == 0
+    (event,) = xids(parsed)
+    return event
+
+
+# --- envelopes ------------------------------------------------------------------------------
+
+def test_dmesg_uptime_envelope():
+    event = one_xid("[   39.028405] NVRM: Xid (PCI:0000:00:06): 13, pid=764, name=misaligned_addr, Graphics "
+                    "Exception: channel 0x0000000a, Class 0000cbc0, Offset 00000510, Data 0017e2ac")
+    assert event.attrs["uptime"] == 39.028405
+    assert event.time is None                      # uptime cannot be placed on the wall clock
+    assert event.message.startswith("NVRM: Xid (PCI:0000:00:06): 13")
+
+
+def test_dmesg_T_wall_clock():
+    event = one_xid("[Tue Sep 30 14:12:46 2025] " + XID_31)
+    assert event.time == datetime(2025, 9, 30, 14, 12, 46)
+    assert event.message == XID_31
+
+
+def test_journalctl_k_syslog_form():
+    parsed = parse_text("[Tue Sep 30 14:12:40 2025] NVRM: Xid (PCI:0000:3b:00): 13, pid=12, name=x, "
+                        "Graphics Exception\n"
+                        "Sep 30 14:12:46 gpu-node-7 kernel: " + XID_31 + "\n")
+    _, event = xids(parsed)
+    # no year in the line: the year another line of the input gives
+    assert event.time == datetime(2025, 9, 30, 14, 12, 46)
+    assert event.attrs["machine"] == "gpu-node-7"
+    assert event.message == XID_31
+
+
+def test_syslog_form_with_the_dmesg_stamp_inside():
+    event = one_xid("Dec  2 10:42:37 gpu-node-7 kernel: [   62.489435] NVRM: Xid (PCI:0000:00:06): 13, pid=12, "
+                    "name=x, Graphics Exception")
+    assert event.attrs["uptime"] == 62.489435 and event.attrs["machine"] == "gpu-node-7"
+    assert (event.time.month, event.time.day, event.time.hour, event.time.second) == (12, 2, 10, 37)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: journalctl -o short-iso kernel lines ('2026-...T..+00:00 host kernel: "
+                                       "NVRM: ...') lose their host: the RFC 3339 wrapper takes the stamp first, "
+                                       "the kernel format no longer matches, and the message keeps 'host kernel: '")
+def test_journalctl_short_iso_form():
+    event = one_xid("2026-12-02T10:42:37.500000+00:00 gpu-node-7 kernel: NVRM: Xid (PCI:0000:00:06): 43, pid=881, "
+                    "name=python3, Ch 00000010")
+    assert event.time == datetime(2026, 12, 2, 10, 42, 37, 500000)
+    assert event.message.startswith("NVRM: Xid")
+    assert event.attrs["machine"] == "gpu-node-7"
+
+
+@pytest.mark.parametrize("line, uptime, host", [
+    ("[ 8123.456789] NVRM: x", 8123.456789, None),
+    ("[    0.000000] Linux version 6.8.0", 0.0, None),
+    ("kernel: [ 12.5] NVRM: loading", 12.5, None),
+    ("Nov 04 10:31:19 gpu-node-7 kernel: NVRM: x", None, "gpu-node-7"),
 ])
-def test_wall_clock_envelopes(line, wall, stamp, host):
-    parsed = kernel_log.parse(line)
-    assert (parsed.wall_time, parsed.stamp, parsed.host) == (wall, stamp, host)
-    assert parsed.message.startswith("NVRM: Xid")
+def test_kernel_line_headers(line, uptime, host):
+    record = LineParser().parse(line)
+    assert (record.format, record.uptime, record.host) == ("kernel", uptime, host)
 
 
-def test_xid_events_from_our_recording_with_and_without_pid():
+# --- Xid fields ------------------------------------------------------------------------
+
+def test_xid_fields():
+    event = one_xid("[Tue Sep 30 14:12:46 2025] " + XID_31)
+    a = event.attrs
+    assert (a["xid"], a["subject_pid"], a["name"], a["pci"]) == (31, 40417, "pt_main_thread", "PCI:0000:61:00")
+    assert (a["fault_type"], a["access"], a["address"]) == ("FAULT_PDE", "READ", "0x7f51c2e40000")
+    assert a["message_id"] == "xid"
+    assert (event.kind, event.severity) == (Kind.XID, Severity.ERROR)
+    assert event.pid == 40417                      # the process the driver names
+
+
+def test_xid_without_a_process():
+    event = one_xid("Nov 04 10:31:19 gpu-node-7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', "
+                    "name=<unknown>, GPU has fallen off the bus.")
+    assert event.attrs["xid"] == 79 and event.pid is None and "subject_pid" not in event.attrs
+    assert event.attrs["body"] == "GPU has fallen off the bus."
+
+
+def test_xid_without_pid_field():
+    event = one_xid("[   39.019212] NVRM: Xid (PCI:0000:00:06): 13, Graphics SM Warp Exception on (GPC 1, TPC 4, "
+                    "SM 0): Misaligned Address")
+    assert event.attrs["xid"] == 13 and event.pid is None
+    assert event.attrs["body"].endswith("Misaligned Address")
+
+
+def test_xid_events_from_our_recording():
+    # real: the four runs of the misaligned-address program, dmesg on the H200
     path = DATA / "gpu/misaligned_address/dmesg.txt"
-    parsed = TextLogParser().parse(sniff(path, path.name))
-    xids = [e for e in parsed.events if e.kind == Kind.XID]
-    with_pid = [e for e in xids if e.pid is not None]
-    assert {e.attrs["xid"] for e in xids} == {"13", "43"}
+    parsed = parse_text(path.read_bytes(), path.name)
+    events = xids(parsed)
+    assert {e.attrs["xid"] for e in events} == {13, 43}
+    with_pid = [e for e in events if e.pid is not None]
     assert with_pid and all(e.attrs.get("uptime") for e in with_pid)
     assert with_pid[0].pid == 764 and "Graphics Exception" in with_pid[0].attrs["body"]
+    assert with_pid[0].attrs["name"] == "misaligned_addr"
+    assert parsed.kind == "kernel-log" and parsed.unparsed_lines == 0
 
+
+def test_mmu_fault_from_our_coredump_recording():
+    path = DATA / "gpu/tp4_oob_write_coredump/dmesg.txt"
+    parsed = parse_text(path.read_bytes(), path.name)
+    assert [e.attrs["xid"] for e in xids(parsed)] == [13, 13, 31]
+    (fault,) = [e for e in xids(parsed) if e.attrs["xid"] == 31]
+    assert (fault.pid, fault.attrs["name"], fault.attrs["uptime"]) == (885, "python3", 46.703195)
+
+
+@pytest.mark.xfail(strict=True, reason="bug: the xid pattern loses the faulting address when the driver prints an "
+                                       "access type without the ACCESS_TYPE_ prefix ('Fault is of type "
+                                       "UNRECOGNIZED_FAULT UNRECOGNIZED_ACCESS_TYPE', driver 580 on the H200)")
+def test_mmu_fault_address_from_our_coredump_recording():
+    path = DATA / "gpu/tp4_oob_write_coredump/dmesg.txt"
+    (fault,) = [e for e in xids(parse_text(path.read_bytes(), path.name)) if e.attrs["xid"] == 31]
+    assert fault.attrs["address"] == "0x1827fc002cc050"
+    assert fault.attrs["fault_type"] == "UNRECOGNIZED_FAULT"
+
+
+def test_xid_cascade_across_gpus():
+    path = DATA / "realworld/wrap_bundle_dmesg_xid_cascade/dmesg.txt"
+    parsed = parse_text(path.read_bytes(), path.name)
+    events = xids(parsed)
+    pcis = {e.attrs["pci"] for e in events if e.attrs["xid"] == 31}
+    assert len(pcis) >= 2                                   # several GPUs faulted
+    assert all(e.attrs["access"] == "WRITE" for e in events if e.attrs["xid"] == 31)
+    # "NVRM: GPU at PCI:..." lines are the kernel's, neither events nor unparsed
+    assert parsed.unparsed_lines == 0
+
+
+def test_oom_killer_and_nvswitch_lines():
+    parsed = parse_text("[   62.5] Out of memory: Killed process 41233 (python3) total-vm:812345678kB, "
+                        "anon-rss:123456kB\n"
+                        "[   63.0] nvidia-nvswitch3: SXid (PCI:0000:86:00.0): 12028, Non-fatal, Link 32 egress "
+                        "non-posted PRIV error\n")
+    oom, sxid = parsed.events
+    assert (oom.kind, oom.pid, oom.attrs["name"]) == (Kind.OOM, 41233, "python3")
+    assert (sxid.kind, sxid.attrs["sxid"]) == (Kind.XID, 12028)
+
+
+def test_other_kernel_lines_are_counted_not_unparsed():
+    parsed = parse_text("[   62.1] NVRM: GPU at PCI:0000:4c:00: GPU-b41e07c2-5d93-4a8f-9e16-02c7f3a8d5b9\n"
+                        "[   62.2] NVRM: GPU Board Serial Number: 1654023019571\n")
+    assert parsed.events == [] and parsed.unparsed_lines == 0
+    assert parsed.counted_lines == 2 and parsed.formats == {"kernel": 2}
+
+
+# --- the Xid catalogue --------------------------------------------------------------------
 
 def test_xid_catalogue_is_data_with_what_to_do():
-    cat = xid_catalogue()
+    cat = knowledge.xid_catalogue()
+    for code, entry in cat.items():
+        assert entry["code"] == code
+        assert entry["lean"] in ("application", "hardware", "driver", "collateral"), code
+        assert entry["name"] and entry["meaning"] and entry["next"], code
+        assert isinstance(entry["app_fault"], bool)
+        # only an application fault is device-side evidence against the process named
+        assert entry["app_fault"] == (entry["lean"] == "application"), code
     for code in (13, 31, 43, 48, 79, 94, 95):
-        entry = cat[code]
-        assert entry["lean"] in ("application", "hardware", "driver", "collateral")
-        assert entry["meaning"] and entry["next"]
+        assert code in cat
     assert cat[31]["app_fault"] and not cat[79]["app_fault"]
+
+
+# --- the module's own parse() --------------------------------------------------------------
+
+def test_kernel_log_parse_ignores_lines_without_a_kernel_mark():
+    assert kernel_log.parse("INFO 01-02 03:04:05 [x.py:1] ready") is None
+
+
+@pytest.mark.xfail(strict=True, reason="bug: kernel_log.parse() calls grammar.load(..., parser='earley'), which "
+                                       "load() does not accept (TypeError on every kernel line), and its "
+                                       "transformer expects a message rule the header-only grammar lacks")
+def test_kernel_log_parse_reads_the_envelope():
+    line = kernel_log.parse("[Wed Dec  2 10:42:37 2026] NVRM: Xid (PCI:0000:00:06): 31, pid=1, name=p, x")
+    assert line.wall_time == datetime(2026, 12, 2, 10, 42, 37)
+    assert line.message.startswith("NVRM: Xid")
