@@ -115,7 +115,7 @@ def analyze(*paths, kb_dirs: list[str] | None = None, on_source: Callable[[Sourc
 
 def analyze_parsed(parsed: list[ParsedSource], kb_entries=None, walk: Walk | None = None) -> Case:
     """The stages after parsing: timeline, identities, rules."""
-    events = timeline.order([p.events for p in parsed])
+    events = timeline.order(timeline.place_uptimes([p.events for p in parsed]))
     events, notes = timeline.set_aside_earlier_runs(events)
     current = [e for e in events if not e.attrs.get("earlier_run")]
     traffic = tuple(t for p in parsed for t in p.traffic)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from forensics import __version__
+from forensics import __version__, inert
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_FAILURE_FOUND = 0, 1, 2, 3
 FORMATS = ("terminal", "json", "markdown", "html")
@@ -105,12 +105,13 @@ def analyze(paths, fmt, redact, output, title_file, explain, timeline_limit, kb_
         click.echo(f"forensics: internal error: {type(exc).__name__}: {exc}. "
                    "Re-run with --debug and report it with the inputs.", err=True)
         sys.exit(EXIT_INTERNAL)
-    _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose, timeline_limit)
+    _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose, timeline_limit, debug)
     if exit_code and case.verdict.failed:
         sys.exit(EXIT_FAILURE_FOUND)
 
 
-def _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose, timeline_limit) -> None:
+def _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose, timeline_limit,
+                  debug: bool = False) -> None:
     from forensics.report import REPORTERS, Options, render
     from forensics.report.document import build
     if redact is None:
@@ -133,6 +134,12 @@ def _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose
     except OSError as exc:
         click.echo(f"forensics: cannot write the report: {exc.strerror or exc}", err=True)
         sys.exit(EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 - a renderer bug is one sentence, not a traceback
+        if debug:
+            raise
+        click.echo(f"forensics: internal error while writing the report: {type(exc).__name__}: {exc}. "
+                   "Re-run with --debug and report it with the inputs.", err=True)
+        sys.exit(EXIT_INTERNAL)
 
 
 def _check_output(output: str | None, inputs) -> None:
@@ -266,6 +273,50 @@ def timeline(paths, ranks, kinds, severity, since, until, csv_path, jsonl_path, 
     from forensics.report import Options
     from forensics.report.terminal import render_timeline
     render_timeline(frame, sys.stdout, Options(), limit=limit or None)
+
+
+@main.command()
+@click.argument("logs", nargs=-1, type=click.Path(exists=True))
+@click.option("-o", "--output", required=True, help="The bundle to write (.tar.gz).")
+@click.option("--k8s", "pod", help="Also collect `kubectl logs --timestamps` (and --previous) of this pod.")
+@click.option("-n", "--namespace", help="The pod's namespace (with --k8s).")
+@click.option("--container", "containers", multiple=True, help="Also collect `docker logs -t` of this container (repeatable).")
+@click.option("--core-dir", "core_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="Another folder to look for CUDA/CPU core dumps in (repeatable).")
+@click.option("--python", "python", default=sys.executable, show_default="this Python",
+              help="The server's Python, for collect_env and pip freeze.")
+@click.option("--timeout", default=60, show_default=True, type=click.FloatRange(1, 3600), help="Seconds per step.")
+@click.option("--redact/--no-redact", default=True, show_default=True, help="Redact the bundle's text like a shared report.")
+def collect(logs, output, pod, namespace, containers, core_dirs, python, timeout, redact) -> None:
+    """Gather the crash evidence on this host (or in this pod) into one bundle:
+    the kernel log and clock, nvidia-smi, the PyTorch/vLLM environment report,
+    pip freeze, the variables that matter, the LOGS given, core dumps and a
+    manifest.  A missing tool or a refused permission is a manifest line, never
+    a failure; nothing but -o is written.
+
+    \b
+    Examples:
+      forensics collect /var/log/vllm/ -o crash.tar.gz
+      forensics collect --k8s vllm-0 -n serving -o crash.tar.gz
+      forensics analyze crash.tar.gz
+    """
+    if namespace and not pod:
+        raise click.UsageError("--namespace needs --k8s POD")
+    if not output.endswith((".tar.gz", ".tgz")):
+        raise click.UsageError(f"-o {output}: give a .tar.gz path")
+    _check_output(output, logs)
+    from forensics.collect import Options, collect as run_collect
+    options = Options(logs=tuple(logs), k8s_pod=pod, namespace=namespace, containers=tuple(containers),
+                      core_dirs=tuple(core_dirs), redact=redact, timeout=timeout, python=python)
+    try:
+        steps = run_collect(options, output)
+    except OSError as exc:
+        click.echo(f"forensics: cannot write {output}: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    for step in steps:
+        click.echo(inert.plain(step.line()))
+    ok = sum(s.status == "ok" for s in steps)
+    click.echo(f"{output}: {ok} of {len(steps)} steps gave output; read it with: forensics analyze {output}")
 
 
 @main.command()

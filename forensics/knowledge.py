@@ -53,7 +53,9 @@ def _error_index() -> dict[str, CudaError]:
             keys.append(str(err.code))
         for key in keys:
             if key:
-                index.setdefault(key.lower(), err)
+                # keyed as lookup_error reads a key: a message ending in a full stop
+                # (CUDA_ERROR_UNSUPPORTED_PTX_VERSION's) is found with or without it
+                index.setdefault(key.strip().rstrip(".").lower(), err)
     return index
 
 
@@ -101,7 +103,8 @@ def error_forms() -> tuple[ErrorForm, ...]:
 @functools.lru_cache(maxsize=None)
 def _message_texts() -> re.Pattern:
     """Last resort: the runtime's own message strings, wherever they appear."""
-    messages = sorted((re.escape(e.message) for e in cuda_errors() if e.family == "cuda" and len(e.message) > 12),
+    # without a closing full stop: a line may print the message with or without one
+    messages = sorted((re.escape(e.message.rstrip(".")) for e in cuda_errors() if e.family == "cuda" and len(e.message) > 12),
                       key=len, reverse=True)
     return re.compile("(?P<text>" + "|".join(messages) + ")")
 

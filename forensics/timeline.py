@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from forensics import knowledge
 from forensics.events import Event, Kind, freeze
@@ -467,6 +467,39 @@ def _adopt_for_the_only_failed_child(events: list[Event], table: ProcessTable) -
     note = f"the only child its launcher reported failed (pid {pid})"
     return [replace(e, pid=pid, rank=rank, role=info.role if info else "worker",
                     attrs=freeze({**e.attrs, "identity_from": note})) if e.kind in _OWN else e for e in events]
+
+
+def place_uptimes(events_by_source: list[list[Event]]) -> list[list[Event]]:
+    """Kernel lines stamped in seconds since boot (raw ``dmesg``) placed on the wall
+    clock, when the inputs give the boot time: the clock `forensics collect` records
+    (boot time = date - /proc/uptime), or the same kernel line seen in both ``dmesg``
+    and ``dmesg -T`` (the offset between the two stamps).  Without either they stay
+    untimed (and go last)."""
+    flat = [e for events in events_by_source for e in events]
+    boots = {e.attrs["facts"]["boot_time"] for e in flat
+             if e.kind == Kind.ENVIRONMENT and isinstance(e.attrs.get("facts"), dict) and e.attrs["facts"].get("boot_time")}
+    boot, basis = None, ""
+    if len(boots) == 1:
+        try:
+            boot = datetime.fromisoformat(boots.pop())
+            basis = "boot time from forensics collect's clock"
+        except ValueError:
+            boot = None
+    if boot is None:
+        walled = {e.message: e.time for e in flat if e.kind == Kind.XID and e.time is not None and "uptime" not in e.attrs}
+        offsets = sorted((walled[e.message] - timedelta(seconds=float(e.attrs["uptime"])))
+                         for e in flat if e.time is None and "uptime" in e.attrs and e.message in walled)
+        if offsets:
+            boot, basis = offsets[len(offsets) // 2], "boot time from the same kernel line in dmesg and dmesg -T"
+    if boot is None:
+        return events_by_source
+    if boot.tzinfo is not None:
+        # the host's own wall clock, as its logs and dmesg -T print it
+        boot = boot.replace(tzinfo=None)
+    return [[replace(e, time=boot + timedelta(seconds=float(e.attrs["uptime"])), time_inferred=True,
+                     attrs=freeze({**e.attrs, "time_from": basis}))
+             if e.time is None and isinstance(e.attrs.get("uptime"), (int, float)) else e for e in events]
+            for events in events_by_source]
 
 
 def order(events_by_source: list[list[Event]]) -> list[Event]:

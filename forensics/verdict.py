@@ -218,6 +218,15 @@ class NextStep:
 
 
 @dataclass(frozen=True)
+class HardwareOpinion:
+    """Whether the evidence points at the GPU or at a program's kernel."""
+
+    opinion: str                    # hardware | software | undecided
+    basis: str
+    settle: str                     # what would settle it
+
+
+@dataclass(frozen=True)
 class SignaturePart:
     part: str
     value: str | None
@@ -236,6 +245,7 @@ class Verdict:
     first_failure: FirstFailure | None = None
     ranks: tuple[RankVerdict, ...] = ()
     hang: Hang | None = None
+    hardware: HardwareOpinion | None = None
     environment: Mapping[str, Any] = field(default_factory=dict)
     environment_sources: Mapping[str, str] = field(default_factory=dict)
     signature: str | None = None

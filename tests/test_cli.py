@@ -293,9 +293,6 @@ def test_an_internal_error_is_one_sentence_and_exit_1(monkeypatch):
     assert isinstance(debug.exception, RuntimeError)       # --debug shows the real exception
 
 
-@pytest.mark.xfail(strict=True, reason="bug: cli._write_report catches only OSError, so an exception while "
-                                       "rendering escapes as a Python traceback instead of exit 1 with "
-                                       "'internal error ... re-run with --debug'")
 def test_an_internal_error_while_rendering_is_one_sentence_and_exit_1(monkeypatch):
     import forensics.report.json as json_report
 
@@ -410,8 +407,6 @@ def test_next_steps_commands_are_shell_commands():
             shlex.split(step["command"].replace("<", "").replace(">", ""))   # parses as shell words
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the 'collect' next step suggests `forensics collect -o crash-bundle.tar.gz"
-                                       "`, but the CLI has no collect command (forensics/data/next_steps.toml)")
 def test_next_steps_only_suggest_forensics_commands_that_exist():
     suggested = _suggested_forensics_commands(_json(GPU_SAMPLE))
     assert suggested, "the report suggests at least one forensics command"

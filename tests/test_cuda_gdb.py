@@ -62,9 +62,6 @@ def test_target_cudacore_transcript_real():
     assert parsed.unparsed_lines == 0
 
 
-@pytest.mark.xfail(strict=True, reason="bug: 'target cudacore' prints the focus ('[Current focus set to CUDA kernel "
-                                       "0, grid 7, ..., sm 124, warp 1, lane 0]') before the exception: the stop "
-                                       "does not exist yet and the focus is dropped")
 def test_cudacore_focus_before_the_exception_real():
     event, _ = stop_of(GPU / "tp4_oob_write_coredump/cuda-gdb_cudacore.txt")
     assert event.attrs["focus"]["sm"] == "124" and event.attrs["focus"]["warp"] == "1"
@@ -133,9 +130,6 @@ def test_ordinary_lines_do_not_start_a_transcript():
     assert gdb.claims("#1  0x00007ffff7a1 in main () at main.cu:12")        # now that a transcript is under way
 
 
-@pytest.mark.xfail(strict=True, reason="bug: once a cuda-gdb stop was read, any later line whose message starts "
-                                       "with '[' is claimed by the cuda-gdb collector and counted as gdb noise - "
-                                       "here ProcessGroupNCCL's watchdog CUDA error and an SGLang relay are lost")
 def test_error_lines_after_a_transcript_are_still_read():
     parsed = parse_text(STOP + "[rank1]:[E1103 04:05:06.123456789 ProcessGroupNCCL.cpp:1619] [PG ID 0 PG GUID "
                                "0(default_pg) Rank 1] Process group watchdog thread terminated with exception: CUDA "
@@ -144,9 +138,6 @@ def test_error_lines_after_a_transcript_are_still_read():
     assert error.rank == 1 and error.attrs["error_form"] == "nccl-watchdog"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the older stop lines ('triggered at PC 0x.. (file:line)' with one "
-                                       "space, and the stop location '0x.. in kernel<<<..>>> (..) at file:line') "
-                                       "are not read: PC, source and kernel are lost (the registry's own sample)")
 def test_older_cuda_gdb_stop_lines():
     parsed = parse_text("CUDA Exception: Warp Illegal Address\n"
                         "The exception was triggered at PC 0x7fffd3a1b2c0 (oob.cu:7)\n"

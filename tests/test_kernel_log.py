@@ -14,8 +14,7 @@ import pytest
 
 from forensics import knowledge
 from forensics.events import Kind, Severity
-from forensics.parsers.text import kernel_log
-from forensics.parsers.text.lines import LineParser
+from forensics.parsers.text.lines import LineParser, Stamp
 from tests.conftest import DATA
 from tests.helpers import parse_text
 
@@ -69,9 +68,6 @@ def test_syslog_form_with_the_dmesg_stamp_inside():
     assert (event.time.month, event.time.day, event.time.hour, event.time.second) == (12, 2, 10, 37)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: journalctl -o short-iso kernel lines ('2026-...T..+00:00 host kernel: "
-                                       "NVRM: ...') lose their host: the RFC 3339 wrapper takes the stamp first, "
-                                       "the kernel format no longer matches, and the message keeps 'host kernel: '")
 def test_journalctl_short_iso_form():
     event = one_xid("2026-12-02T10:42:37.500000+00:00 gpu-node-7 kernel: NVRM: Xid (PCI:0000:00:06): 43, pid=881, "
                     "name=python3, Ch 00000010")
@@ -138,9 +134,6 @@ def test_mmu_fault_from_our_coredump_recording():
     assert (fault.pid, fault.attrs["name"], fault.attrs["uptime"]) == (885, "python3", 46.703195)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the xid pattern loses the faulting address when the driver prints an "
-                                       "access type without the ACCESS_TYPE_ prefix ('Fault is of type "
-                                       "UNRECOGNIZED_FAULT UNRECOGNIZED_ACCESS_TYPE', driver 580 on the H200)")
 def test_mmu_fault_address_from_our_coredump_recording():
     path = DATA / "gpu/tp4_oob_write_coredump/dmesg.txt"
     (fault,) = [e for e in xids(parse_text(path.read_bytes(), path.name)) if e.attrs["xid"] == 31]
@@ -192,16 +185,15 @@ def test_xid_catalogue_is_data_with_what_to_do():
     assert cat[31]["app_fault"] and not cat[79]["app_fault"]
 
 
-# --- the module's own parse() --------------------------------------------------------------
+# --- the header alone ----------------------------------------------------------------------
+# (kernel lines are read by the line parser through the "kernel" line format; the old
+# kernel_log.parse() was dead code that raised on every line and was removed)
 
-def test_kernel_log_parse_ignores_lines_without_a_kernel_mark():
-    assert kernel_log.parse("INFO 01-02 03:04:05 [x.py:1] ready") is None
+def test_a_line_without_a_kernel_mark_is_no_kernel_line():
+    assert LineParser().parse("INFO 01-02 03:04:05 [x.py:1] ready").format != "kernel"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: kernel_log.parse() calls grammar.load(..., parser='earley'), which "
-                                       "load() does not accept (TypeError on every kernel line), and its "
-                                       "transformer expects a message rule the header-only grammar lacks")
-def test_kernel_log_parse_reads_the_envelope():
-    line = kernel_log.parse("[Wed Dec  2 10:42:37 2026] NVRM: Xid (PCI:0000:00:06): 31, pid=1, name=p, x")
-    assert line.wall_time == datetime(2026, 12, 2, 10, 42, 37)
-    assert line.message.startswith("NVRM: Xid")
+def test_dmesg_human_stamp_is_read_with_its_year():
+    record = LineParser().parse("[Wed Dec  2 10:42:37 2026] NVRM: Xid (PCI:0000:00:06): 31, pid=1, name=p, x")
+    assert record.format == "kernel" and record.stamp == Stamp(2026, 12, 2, 10, 42, 37)
+    assert record.message.startswith("NVRM: Xid")

@@ -286,9 +286,6 @@ def test_tgi_launcher_line_with_stamp_and_rank_field():
     assert event.attrs["logger"] == "text_generation_launcher"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a stamped TGI line whose level fills the five columns ('...Z ERROR "
-                                       "text_generation_launcher: ...') is taken for a journald line: host "
-                                       "'ERROR', and the level and logger are lost")
 def test_tgi_error_line_with_stamp_keeps_level_and_logger():
     event = one_event("2025-05-26T10:46:36.000000Z ERROR text_generation_launcher: Shard 1 crashed")
     assert event.kind == Kind.WORKER_DIED and event.attrs["subject_rank"] == 1

@@ -20,10 +20,7 @@ from tests.helpers import parse_text
 WRAPPERS = knowledge.load("wrappers")["wrapper"]
 ENVELOPE_FIELDS = {"time", "stream", "container", "host", "process", "pid", "rank", "repeat", "ident"}
 
-_SAMPLE_BUGS = {
-    "tgi-rank-field-0": "bug: the sample's text has no leading space, but the normaliser keeps the space that "
-                        "tracing's right-aligned level leaves after the RFC 3339 stamp (' INFO ...')",
-}
+_SAMPLE_BUGS: dict[str, str] = {}
 
 
 def _samples():
@@ -146,10 +143,6 @@ def test_docker_json_colour_codes_are_removed():
     assert (line.env.process, line.env.pid) == ("Worker_TP0", 9)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an escaped colour code (\\u001b[31m) in a docker json-file record "
-                                       "right before an upper-case letter eats that letter ('ERROR' -> 'RROR'): "
-                                       "the ESC-less remnant cleaner runs on the raw JSON, then ESC+letter is "
-                                       "taken for a two-byte escape")
 def test_docker_json_colour_code_before_a_level_keeps_the_level():
     (line,) = lines_of('{"log":"\\u001b[31mERROR\\u001b[0m 01-02 03:04:06 [x.py:2] red\\n","stream":"stdout",'
                        '"time":"2026-01-02T03:04:06Z"}')

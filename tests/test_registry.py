@@ -32,13 +32,7 @@ LINE_SAMPLES = [pytest.param(f.name, s, id=f"{f.name}-{i}")
                 for f in FORMATS if f.kind == "line" for i, s in enumerate(f.samples)]
 
 # Block and collector samples; the ones a known bug breaks are marked here by name.
-_SAMPLE_BUGS = {
-    "native-exception-0": "bug: formats.toml declares event 'fatal-signal' for this std::terminate sample, but a "
-                          "what() carrying a CUDA error is read as 'cuda-error' (data and reader disagree)",
-    "cuda-gdb-0": "bug: cuda-gdb's older stop lines ('triggered at PC 0x.. (file:line)' with one space, and "
-                  "'0x.. in kernel<<<..>>> (..) at file:line') are not read: two lines of the registry's own "
-                  "sample end up unparsed",
-}
+_SAMPLE_BUGS: dict[str, str] = {}
 
 
 def _block_params():

@@ -28,6 +28,7 @@ from forensics.rules.checklist import Checklist
 from forensics.rules.environment import Environment
 from forensics.rules.errors import ReportedError, SurfacePoints
 from forensics.rules.failure import CollectiveHang, FirstFailureRule, RankStatuses
+from forensics.rules.hardware import HardwareOrSoftware
 from forensics.rules.known_issues import KnownIssues
 from forensics.rules.origin import DeviceOrigin
 from forensics.timeline import ProcessTable
@@ -954,6 +955,33 @@ def test_known_issues_no_match_on_another_failure_or_version():
 
 
 # --- Checklist -----------------------------------------------------------------------------
+
+@covers(HardwareOrSoftware)
+def test_hardware_opinion_from_counters_and_a_hardware_xid():
+    xid = event(Kind.XID, "NVRM: Xid (PCI:0000:1b:00): 79, pid=42, GPU has fallen off the bus.", xid=79)
+    fired, draft = apply(HardwareOrSoftware, evidence_of([xid]), environment={"remapped_rows_uncorrectable": "3"},
+                         failure_kind=FailureKind.CUDA_ERROR)
+    opinion = draft.values["hardware"]
+    assert fired and opinion.opinion == "hardware"
+    assert "remapped rows uncorrectable = 3" in opinion.basis and "dcgmi diag" in opinion.settle
+
+
+@covers(HardwareOrSoftware)
+def test_software_opinion_when_device_evidence_names_the_kernel():
+    origin = Origin(rank=2, pid=42, kernel="scatter_rows", fault="Invalid __global__ write", address=None,
+                    evidence=(), confidence=Confidence.HIGH)
+    fired, draft = apply(HardwareOrSoftware, evidence_of([]), environment={"ecc_volatile_dram_uncorrectable": "0"},
+                         origin=origin, failure_kind=FailureKind.CUDA_ERROR)
+    opinion = draft.values["hardware"]
+    assert fired and opinion.opinion == "software" and "scatter_rows" in opinion.basis
+
+
+@covers(HardwareOrSoftware)
+def test_hardware_rule_stays_out_of_a_healthy_run():
+    fired, draft = apply(HardwareOrSoftware, evidence_of([event(Kind.LOG, "started", severity=Severity.INFO)]),
+                         environment={"torch": "2.9.0"})
+    assert not fired and draft.values["hardware"] is None
+
 
 @covers(Checklist)
 def test_checklist_answers_from_the_environment_and_the_ranks():

@@ -99,8 +99,6 @@ def test_misaligned_address_report_real():
     assert accounted(parsed)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the text report's host_frames starts with the 'Saved host backtrace "
-                                       "...' line itself (a lark Token), not a frame")
 def test_host_frames_hold_only_frames():
     parsed = parse(GPU / "misaligned_address/compute-sanitizer_memcheck.txt")
     (access,) = findings(parsed, "access")
@@ -228,9 +226,6 @@ def test_a_report_inside_a_large_log_is_found_by_the_fast_path():
     assert parsed.counted_lines >= 87000          # the lines before it were counted, not parsed
 
 
-@pytest.mark.xfail(strict=True, reason="bug: after a complete compute-sanitizer report (its ERROR SUMMARY), the "
-                                       "collector still holds the summary as a report in progress, so the fast "
-                                       "path parses every remaining line of a large log instead of counting them")
 def test_the_fast_path_resumes_after_a_finished_report():
     parsed = parse_text(_large_log_with_a_report(), "train.log")
     assert parsed.unparsed_lines <= 300 and parsed.counted_lines >= 91000
@@ -288,9 +283,6 @@ def test_device_assert_lines_inside_a_memcheck_log_real():
     assert api.attrs["cuda_error"].name == "CUDA_ERROR_ASSERT"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: compute-sanitizer's 'Warp assert' report with a 'Device Frame:' line "
-                                       "before the host backtrace fails the grammar: the real report is unparsed "
-                                       "and no warp_assert finding names the kernel")
 def test_warp_assert_report_real():
     parsed = parse(GPU / "device_assert/compute-sanitizer_memcheck.txt")
     (warp,) = findings(parsed, "warp_assert")
@@ -353,8 +345,6 @@ def test_xml_without_records_says_so(tmp_path):
     assert parsed.events == [] and any("without any <record>" in p for p in parsed.problems)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: an initcheck XML record is read as report 'other' (WARNING, tool "
-                                       "'compute-sanitizer'); the same report in text is 'uninit' (ERROR, initcheck)")
 def test_xml_initcheck_matches_the_text_report_real():
     (xml,) = [e for e in parse_xml(GPU / "uninit_read/compute-sanitizer_initcheck.xml").events]
     (text,) = findings(parse(GPU / "uninit_read/compute-sanitizer_initcheck.txt"), "uninit")
@@ -363,16 +353,12 @@ def test_xml_initcheck_matches_the_text_report_real():
     assert xml.severity == text.severity
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a racecheck XML record names its kernel under what/source/where and "
-                                       "what/destination/where, which the XML reader never reads: no kernel")
 def test_xml_racecheck_names_the_kernel_real():
     (race,) = parse_xml(GPU / "shared_race/compute-sanitizer_racecheck.xml").events
     assert race.attrs["tool"] == "racecheck"
     assert race.attrs.get("kernel") == "block_sum_missing_sync_kernel"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a Warp assert XML record ('Imprecise', where=__assertfail) is read as "
-                                       "kind 'other' with kernel '__assertfail' instead of the launched kernel")
 def test_xml_warp_assert_names_the_launched_kernel_real():
     parsed = parse_xml(GPU / "device_assert/compute-sanitizer_memcheck.xml")
     (warp,) = [e for e in parsed.events if e.attrs.get("pc_offset") == "0x19a0"]

@@ -8,7 +8,6 @@ py-spy on a hung process).  Other inputs are hand-made in the tools' printed sha
 
 from __future__ import annotations
 
-import pytest
 
 from forensics.events import Kind, Severity
 from forensics.parsers.text import stackdump
@@ -160,9 +159,6 @@ def test_py_spy_with_locals_and_a_native_frame():
     assert parsed.unparsed_lines == 0 and not parsed.problems
 
 
-@pytest.mark.xfail(strict=True, reason="bug: py-spy's hexadecimal thread ids ('Thread 0x7F3A2B1C4740 (active+gil)') "
-                                       "fail the py_spy grammar (the decimal alternative of THREAD_ID matches the "
-                                       "leading 0), so the whole dump is unparsed")
 def test_py_spy_hex_thread_ids():
     parsed = parse_text(PYSPY_LOCALS.replace("Thread 4242 (active+gil)", "Thread 0x7F3A2B1C4740 (active+gil)"))
     (event,) = parsed.events

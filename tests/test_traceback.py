@@ -294,9 +294,6 @@ def test_ray_task_error_in_a_logged_record_is_a_relay_and_the_workers_own_failur
     assert worker.chain[0].frames[0].function == "execute_model_ray"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: on raw stderr, the frames Ray prints after a RayTaskError line are "
-                                       "not read as the quoted traceback: the block ends at the exception line "
-                                       "(the quote is only looked for on the lines after it)")
 def test_ray_task_error_on_raw_stderr_quotes_the_workers_traceback():
     _, body = RAY_RECORD
     parsed = parse_text("\n".join(body) + "\n")
@@ -306,10 +303,6 @@ def test_ray_task_error_on_raw_stderr_quotes_the_workers_traceback():
     assert worker.attrs["quoted_by"] == "ray-task-error"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a multiprocessing pool's RemoteTraceback (the worker's traceback "
-                                       "between triple quotes, then the chain sentence) is not read as one "
-                                       "quoted traceback: its header, quotes and chain sentence are unparsed and "
-                                       "the catalogue's multiprocessing-remote entry never applies")
 def test_multiprocessing_pool_remote_traceback():
     parsed = parse_text('multiprocessing.pool.RemoteTraceback: \n'
                         '"""\n'
@@ -497,8 +490,6 @@ def test_pytest_sections_are_separate_failures():
     assert [e.line for e in tracebacks(parsed)] == [1, 14]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a pytest failure whose E lines carry no type (a bare assert) does not "
-                                       "take the type its last location names: the event reads ': assert 1 == 2'")
 def test_pytest_bare_assert_takes_the_type_from_the_last_location():
     event, _ = only_traceback("______ test_other ______\n\n    def test_other():\n>       assert 1 == 2\n"
                               "E       assert 1 == 2\n\ntests/test_sync.py:20: AssertionError\n")

@@ -128,7 +128,11 @@ class Normaliser:
 
     def feed(self, lineno: int, raw: str) -> Iterator[Line]:
         text = raw
-        text = clean_escapes(text)
+        if not text.startswith('{"log":'):
+            # a docker json-file record's colour codes are escaped ("\u001b[31m"): they
+            # come off once it is decoded - the remnant cleaner would take "[31m" off here
+            # and leave an ESC that then eats the letter after it
+            text = clean_escapes(text)
         if "^M" in text:
             text = _CARET_M.sub("", text)
         if "**" in text and ('File "' in text or " in **" in text):

@@ -22,15 +22,15 @@ CHUNK = 1 << 20
 
 def detect_encoding(head: bytes) -> str:
     """utf-8, utf-16-le/be or utf-32-le/be, from a BOM or the pattern of NUL bytes."""
-    if head.startswith(codecs.BOM_UTF32_LE):
-        return "utf-32-le"
-    if head.startswith(codecs.BOM_UTF32_BE):
-        return "utf-32-be"
-    if head.startswith(codecs.BOM_UTF16_LE):
-        return "utf-16-le"
-    if head.startswith(codecs.BOM_UTF16_BE):
-        return "utf-16-be"
     sample = head[:4096]
+    # a BOM counts when the lines after it end the way that encoding ends them (a
+    # binary or Latin-1 file can start with the bytes FF FE by chance)
+    for bom, name, newline in ((codecs.BOM_UTF32_LE, "utf-32-le", b"\n\x00\x00\x00"),
+                               (codecs.BOM_UTF32_BE, "utf-32-be", b"\x00\x00\x00\n"),
+                               (codecs.BOM_UTF16_LE, "utf-16-le", b"\n\x00"),
+                               (codecs.BOM_UTF16_BE, "utf-16-be", b"\x00\n")):
+        if sample.startswith(bom) and (newline in sample or b"\n" not in sample):
+            return name
     if len(sample) < 8 or b"\x00" not in sample:
         return "utf-8"
     n = len(sample) - len(sample) % 4

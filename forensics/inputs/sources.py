@@ -84,8 +84,10 @@ class Source:
         if self.opener is not None:
             raw: BinaryIO = self.opener()
         else:
-            raw = Capped(open(self.path, "rb"), self.size if self.size is not None else MAX_DECOMPRESSED,  # noqa: SIM115
-                         f"{self.relpath}", hard=False)
+            # buffered: the parsers read lines and peek at the head
+            raw = io.BufferedReader(Capped(open(self.path, "rb"),  # noqa: SIM115
+                                           self.size if self.size is not None else MAX_DECOMPRESSED,
+                                           f"{self.relpath}", hard=False), buffer_size=1 << 20)
         if self.compression:
             return decompressing(raw, self.compression, self.relpath)
         return raw

@@ -14,7 +14,7 @@ KIND_NAMES = {"vllm": "vllm-log", "sglang": "sglang-log", "glog": "c10-log", "nc
               "cuda-gdb": "cuda-gdb", "faulthandler": "faulthandler", "py-spy": "py-spy",
               "torchrun-summary": "torchrun-log", "native-exception": "native-crash", "segfault-banner": "native-crash",
               "nvidia-smi": "nvidia-smi", "collect-env": "collect-env", "pip-freeze": "pip-freeze",
-              "env-vars": "environment", "plain": "text"}
+              "env-vars": "environment", "collect-clock": "collect-clock", "collect-manifest": "collect-manifest", "plain": "text"}
 
 
 @dataclass

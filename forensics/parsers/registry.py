@@ -55,7 +55,9 @@ def formats_of_kind(kind: str) -> tuple[Format, ...]:
 
 @functools.lru_cache(maxsize=None)
 def _starters() -> tuple:
-    return tuple(importlib.import_module(f.reader).start for f in formats_of_kind("block"))
+    """Each block reader's start(), once (one reader may serve several formats)."""
+    starts = [importlib.import_module(f.reader).start for f in formats_of_kind("block")]
+    return tuple(dict.fromkeys(starts))
 
 
 def start_block(text: str, header: tuple | None):

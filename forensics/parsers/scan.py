@@ -16,6 +16,7 @@ from collections import deque
 from typing import BinaryIO, Callable, Iterator
 
 from forensics import knowledge
+from forensics.inputs.reader import READ_ERRORS
 
 BLOCK_BYTES = 8 << 20
 CONTEXT_BEFORE = 8          # lines parsed before each hit (what led to it)
@@ -67,6 +68,7 @@ class Scanner:
         self.busy = busy            # True while the parser is inside a block: feed every line
         self.counted = 0
         self.long_lines = 0
+        self.problems: list[str] = []
         self._hits = hits
         keep_memory_flat()
         self._next_hit: int | None = None
@@ -84,7 +86,12 @@ class Scanner:
 
         giant: bytes | None = None      # the head of a line longer than MAX_LINE, while its rest is dropped
         while True:
-            data = self.stream.read(BLOCK_BYTES)
+            try:
+                data = self.stream.read(BLOCK_BYTES)
+            except READ_ERRORS as exc:
+                # a cut stream or a bomb's cap: what came before is read, the rest is not
+                self.problems.append(f"read stopped after line {lineno}: {exc}")
+                data = b""
             if giant is not None:
                 # inside an over-long line: drop it in blocks (memory stays flat) up to its
                 # newline; it is one line, cut to its head

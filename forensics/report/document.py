@@ -85,6 +85,8 @@ def _verdict(v: Verdict) -> dict:
         "collateral": list(v.collateral),
         "hang": ({"collective": v.hang.collective, "seq": v.hang.seq, "waited": list(v.hang.waited),
                   "suspects": list(v.hang.suspects), "culprit_doing": v.hang.culprit_doing} if v.hang else None),
+        "hardware": ({"opinion": v.hardware.opinion, "basis": v.hardware.basis, "settle": v.hardware.settle}
+                     if v.hardware else None),
         "summary": v.summary,
         "notes": list(v.notes),
         "rule_failures": list(v.rule_failures),

@@ -88,6 +88,10 @@ def _head(document: dict, include_title: bool) -> str:
         out.append("\n")
     out.append("### 🐛 Describe the bug\n\n")
     out.append(f"**Verdict:** {md_text(v['summary'])}\n\n")
+    if v.get("hardware"):
+        hw = v["hardware"]
+        out.append(f"**Hardware or software:** {md_text(hw['opinion'])} - {md_text(hw['basis'])}. "
+                   f"To settle it: {md_text(hw['settle'])}\n\n")
     origin = v["origin"]
     if origin:
         out.append(f"**Origin:** {md_code(origin['kernel'])} - confidence {origin['confidence']}"

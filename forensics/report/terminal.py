@@ -131,6 +131,9 @@ def _verdict_panel(document: dict, plain_output: bool):
         names = ", ".join(r['who'] for r in collateral[:12]) + \
             (f" ... ({len(collateral)} in all; --format json lists them)" if len(collateral) > 12 else "")
         lines.append(_row("Collat.", plain(names)))
+    hardware = v.get("hardware")
+    if hardware:
+        lines.append(_row("HW/SW", f"{hardware['opinion']}: {plain(hardware['basis'])}"))
     for note in v["notes"]:
         lines.append(Text(plain(note), style="note"))
     for failure in v["rule_failures"]:

@@ -11,6 +11,7 @@ from forensics.rules.checklist import Checklist
 from forensics.rules.environment import Environment
 from forensics.rules.errors import ReportedError, SurfacePoints
 from forensics.rules.failure import CollectiveHang, FirstFailureRule, RankStatuses
+from forensics.rules.hardware import HardwareOrSoftware
 from forensics.rules.known_issues import KnownIssues
 from forensics.rules.origin import DeviceOrigin
 
@@ -22,6 +23,7 @@ PIPELINE: tuple[type[Rule], ...] = (
     CollectiveHang,
     FirstFailureRule,
     RankStatuses,
+    HardwareOrSoftware,
     GraphReplay,
     NextSteps,
     Signature,

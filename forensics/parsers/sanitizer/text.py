@@ -14,7 +14,7 @@ import functools
 import re
 from dataclasses import dataclass, field
 
-from lark import Transformer
+from lark import Token, Transformer
 from lark.exceptions import LarkError
 
 from forensics import grammar, knowledge, names
@@ -48,6 +48,7 @@ class Report:
     nearest: str | None = None
     details: list[str] = field(default_factory=list)
     frames: list[str] = field(default_factory=list)
+    device_frames: list[str] = field(default_factory=list)   # before the host backtrace (Warp assert)
 
 
 @dataclass
@@ -89,6 +90,8 @@ class _ToReport(Transformer):
                 key, value = item
                 if key == "frames":
                     report.frames.extend(value)
+                elif key == "device_frames":
+                    report.device_frames.extend(value)
                 elif key == "by":
                     report.thread, report.block = value
                 elif key == "address":
@@ -119,7 +122,11 @@ class _ToReport(Transformer):
         return ("nearest", str(items[0]).strip())
 
     def backtrace(self, items):
-        return ("frames", [f for f in items if isinstance(f, str)])
+        # the frames only: the "Saved host backtrace ..." line is a Token (a str too)
+        return ("frames", [f for f in items if isinstance(f, str) and not isinstance(f, Token)])
+
+    def device_frames(self, items):
+        return ("device_frames", list(items))
 
     def frame(self, items):
         text = str(items[0]).strip()
@@ -186,6 +193,12 @@ class SanitizerAssembler:
             self._close()
         self.current.append(payload)
         self.current_lines.append(lineno)
+        if payload.startswith(" ") and not payload.startswith("  ") and \
+                _terminal("SUMMARY_LINE").match(payload + "\n"):
+            # a summary line ends the tool's output: no report stays open after it (the
+            # fast path of a large log resumes counting; a second summary line is read
+            # on its own, to the same summary)
+            self._close()
 
     def feed_repeat(self, report: bytes, lineno: int) -> bool:
         """The fast path for a long log: one whole report (marker lines, terminator
@@ -321,7 +334,7 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
                      kernel_source=location, accesses=r.details[:2])
     if r.kind == "warp_assert" and (r.at or "").startswith("__assertfail"):
         # the assert fired in a device function; the launched kernel is the host stub frame
-        stub = next((f.split(" in ")[0] for f in r.frames if not f.startswith(("main ", "device:"))), None)
+        stub = _launched_kernel(r.frames)
         if stub:
             attrs.update(kernel_signature=stub, kernel=_plain_kernel(stub))
     if r.kind == "race":
@@ -342,6 +355,8 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
         attrs["blocks"] = _range(finding.blocks)
     if finding.addresses:
         attrs["address_range"] = [hex(finding.addresses[0]), hex(finding.addresses[1])]
+    if r.device_frames:
+        attrs["device_frames"] = r.device_frames[:40]
     if r.frames:
         attrs["host_frames"] = r.frames[:40]
         # the innermost frame with a source location: where the kernel was launched from
@@ -369,6 +384,18 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
 
 # Frames of the CUDA runtime's own launch path (full XML stacks carry them).
 _LAUNCH_PLUMBING = re.compile(r"__cudaLaunch|__device_stub|cudafe1|device_functions\.h|/cuda[^/]*/(targets|include)/")
+
+def _launched_kernel(frames: list[str]) -> str | None:
+    """The kernel's host stub among the host frames: the frame after the runtime's launch
+    path (a full stack: cuLaunchKernel ... __device_stub__...), else the first frame
+    other than main (the text form prints from the stub on)."""
+    plumbing = [i for i, f in enumerate(frames) if _LAUNCH_PLUMBING.search(f)]
+    if plumbing and plumbing[-1] + 1 < len(frames):
+        frame = frames[plumbing[-1] + 1]
+    else:
+        frame = next((f for f in frames if not f.startswith(("main ", "device:"))), None)
+    return frame.split(" in ")[0] if frame else None
+
 
 _AT = re.compile(r"^(?P<func>.*?)\+(?P<pc>0x[0-9a-fA-F]+)(?: in (?P<loc>\S+))?$|"
                  r"^(?P<pc2>0x[0-9a-fA-F]+) in (?P<func2>.*)$")

@@ -37,7 +37,13 @@ def record_to_report(record) -> Report:
         headline = (f"Program hit {_text(what, 'error')} (error {_text(what, 'result')}) due to "
                     f"\"{_text(what, 'message')}\" on CUDA API call to {_text(what, 'api')}.")
     elif kind == "Analysis" or "race" in text.lower():
-        report_kind = "race"
+        return _race(record, what, text)
+    elif what is not None and _text(what, "exception") == "Warp assert":
+        # "Imprecise": the assert fired in __assertfail; the host stack names the kernel
+        report_kind = "warp_assert"
+        headline = "Warp assert"
+    elif kind == "Initcheck" or text.startswith("Uninitialized "):
+        report_kind = "uninit"              # the text form's headline is the record's text
         headline = text
     elif what is not None and what.find("space") is not None:
         report_kind = "access"
@@ -56,10 +62,39 @@ def record_to_report(record) -> Report:
     if what is not None and _text(what, "address"):
         report.address = _text(what, "address")
         report.address_note = f"is {_text(what, 'error')}" if _text(what, "error") else None
+    for frame in record.iterfind("deviceStack/frame"):
+        report.device_frames.append(f"device: {_text(frame, 'func', '?')}+{_text(frame, 'pc', '0x0')}")
     for frame in record.iterfind("hostStack/frame"):
         func = _text(frame, "func", "")
         loc = f" in {os.path.basename(_text(frame, 'path'))}:{_text(frame, 'line')}" if _text(frame, "path") else ""
         report.frames.append(f"{func}{loc} [{_text(frame, 'pc', '')}] in {os.path.basename(_text(frame, 'module', ''))}".strip())
+    return report
+
+
+def _site(node) -> str:
+    """A <where> as the text form prints an access site: 'func+0xPC in file.cu:LINE'."""
+    site = f"{_text(node, 'func', '?')}+{_text(node, 'pc', '0x0')}"
+    if _text(node, "path"):
+        site += f" in {os.path.basename(_text(node, 'path'))}:{_text(node, 'line', '0')}"
+    return site
+
+
+def _race(record, what, text: str) -> Report:
+    """A racecheck record ("Race condition"): its two accesses are under what/source and
+    what/destination, each with its <where>; read into the text form's race report."""
+    level = _text(record, "level", "Error")
+    source = what.find("source") if what is not None else None
+    destination = what.find("destination") if what is not None else None
+    if source is None or source.find("where") is None:
+        return Report(kind="race", headline=text or _text(record, "kind", ""))
+    headline = f"{level}: Race reported between {_text(source, 'direction', 'Write')} access at " \
+               f"{_site(source.find('where'))}"
+    report = Report(kind="race", headline=headline)
+    if destination is not None and destination.find("where") is not None:
+        count = _text(destination, "count") or _text(source, "count")
+        hazards = f" [{count} hazards]" if count else ""
+        report.details.append(f"and {_text(destination, 'direction', 'Read')} access at "
+                              f"{_site(destination.find('where'))}{hazards}")
     return report
 
 

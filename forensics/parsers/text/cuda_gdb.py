@@ -38,10 +38,12 @@ class Stop:
     lanes_with_exception: int = 0
 
 
-# Lines only cuda-gdb prints: they start a transcript wherever it appears in a stream.
+# Lines only cuda-gdb prints: they start a transcript wherever it appears in a stream.  A
+# device frame with its launch is one, numbered in a backtrace or not (the stop location
+# older cuda-gdb prints, "0x... in kernel<<<(..),(..)>>> (args) at file:line").
 STRONG = re.compile(r'CUDA Exception: |The exception was triggered at PC |Thread \d+ "[^"]*" received signal CUDA_EXCEPTION_'
                     r"|\[(?:Switching focus to|Current focus set to) CUDA |Opening GPU coredump: |\(cuda-gdb\) "
-                    r"|#\d+ +\S.*<<<\(\d+,\d+,\d+\),\(\d+,\d+,\d+\)>>>")
+                    r"|(?:#\d+ +|0x[0-9a-fA-F]+ in )\S.*<<<\(\d+,\d+,\d+\),\(\d+,\d+,\d+\)>>>")
 
 
 class CudaGdbCollector:
@@ -54,6 +56,10 @@ class CudaGdbCollector:
 
     def __init__(self) -> None:
         self.active = False
+        self.stream: tuple | None = None      # the writer whose output the transcript is
+        # `target cudacore` prints the focus before the exception it stopped at: held
+        # for the stop that follows
+        self.pending_focus: dict | None = None
         self.stops: list[Stop] = []
         self.table: tuple | None = None
         self.tables: dict[str, list[dict]] = {}
@@ -64,11 +70,16 @@ class CudaGdbCollector:
         self.unparsed: list[tuple[int, str]] = []
         self._parser = grammar.load("cuda_gdb")
 
-    def claims(self, text: str) -> bool:
+    def claims(self, text: str, stream: tuple | None = None, headed: bool = False) -> bool:
+        """``stream`` is the writer the line came from, ``headed`` whether it carries a
+        logger's record header.  gdb prints no record headers, so only raw lines of the
+        transcript's own writer are its chatter: a program's log records after a
+        transcript ("[PG ID 0 ...] ... CUDA error") are read as what they are."""
         if STRONG.match(text):
             self.active = True
+            self.stream = stream
             return True
-        if not self.active:
+        if not self.active or headed or stream != self.stream:
             return False
         return bool(text.startswith(("#", "[", "Thread ", "Program ", "Core was", "warning: ", "(cuda-gdb)"))
                     or _is_gdb_chatter(text) or self.table is not None and _is_row(text, self.table)
@@ -96,20 +107,23 @@ class CudaGdbCollector:
         stops = self.stops
         if kind == "exception":
             stops.append(Stop(line=lineno, fault=str(tree.children[1])))
+            self._take_focus()
         elif kind == "triggered":
-            stop = _current(stops, lineno)
+            stop = self._current(lineno)
             tokens = {t.type: str(t) for t in tree.children if isinstance(t, Token)}
             stop.pc = tokens.get("HEX")
             stop.function = tokens.get("FUNC")
             stop.location = tokens.get("LOCATION")
         elif kind == "received":
-            stop = _current(stops, lineno)
+            stop = self._current(lineno)
             tokens = [str(t) for t in tree.children if isinstance(t, Token)]
             stop.thread_name, stop.signal = tokens[2], tokens[3]
             stop.fault = stop.fault or tokens[4].rstrip(".")
         elif kind == "focus":
             if stops:
                 stops[-1].focus = _focus(str(tree.children[1]))
+            else:
+                self.pending_focus = _focus(str(tree.children[1]))
         elif kind == "frame":
             call = next(c for c in tree.children if isinstance(c, Tree))
             tokens = {t.type: str(t) for t in call.children if isinstance(t, Token)}
@@ -139,6 +153,18 @@ class CudaGdbCollector:
         else:
             self.unparsed.append((lineno, text))
 
+    def _current(self, lineno: int) -> Stop:
+        """The stop being read; a stop line before any "CUDA Exception:" starts one."""
+        if not self.stops:
+            self.stops.append(Stop(line=lineno))
+            self._take_focus()
+        return self.stops[-1]
+
+    def _take_focus(self) -> None:
+        if self.pending_focus is not None:
+            self.stops[-1].focus = self.pending_focus
+            self.pending_focus = None
+
     def finish(self, relpath: str, seq: int) -> tuple[list[Event], list[str]]:
         events = [_event(stop, relpath, seq + n, self.pid, self.tables, self.coredump)
                   for n, stop in enumerate(self.stops, 1)]
@@ -150,12 +176,6 @@ class CudaGdbCollector:
 
 _TABLE_START = re.compile(r"\s+(Kernel Parent Dev Grid Status|Dev PCI Bus/Dev ID|Wp Active Lanes Mask|Ln +State"
                           r"|SM +Active Warps Mask|BlockIdx ThreadIdx To BlockIdx|BlockIdx To BlockIdx)\b")
-
-
-def _current(stops: list[Stop], lineno: int) -> Stop:
-    if not stops:
-        stops.append(Stop(line=lineno))
-    return stops[-1]
 
 
 def _focus(body: str) -> dict:

@@ -71,11 +71,14 @@ class PytestBlock:
         code = None
         link = None
 
-        def finish():
+        def finish(short: str | None = None):
             nonlocal frames, errors, link
             if not frames and not errors:
                 return
             exc_type, message = _exception(errors)
+            # E lines without a type (a bare assert's "E  assert 1 == 2"): the type is
+            # the one the last location names ("tests/t.py:20: AssertionError")
+            exc_type = exc_type or short
             chain.append(PyException(exc_type or "", message, tuple(frames), chained_by=link,
                                      header_missing=False, cut=not errors))
             frames, errors, link = [], [], None
@@ -99,7 +102,7 @@ class PytestBlock:
                 frames.append(Frame(fields["PATH"], int(fields["LINENO"]), function, code))
                 code = None
                 if fields.get("EXC_SHORT"):
-                    finish()
+                    finish(fields["EXC_SHORT"])
         finish()
         return tuple(chain)
 

@@ -21,7 +21,7 @@ from typing import Iterator
 from forensics import knowledge
 from forensics.events import OWN_FAILURE, Event, Kind, Severity, clip, freeze
 from forensics.inputs.normalise import Line, Normaliser
-from forensics.inputs.reader import ReadStats, chronological, detect_encoding, iter_lines
+from forensics.inputs.reader import READ_ERRORS, ReadStats, chronological, detect_encoding, iter_lines
 from forensics.inputs.sources import SNIFF_BYTES, Source
 from forensics.parsers import registry, scan
 from forensics.parsers.base import ParsedSource, Traffic, dominant_kind
@@ -148,8 +148,8 @@ def unescape_traceback(text: str) -> list[str]:
 class _Prefixed(io.RawIOBase):
     """``head`` (bytes already read), then the rest of ``stream``."""
 
-    def __init__(self, head: bytes, stream) -> None:
-        self._head, self._stream = memoryview(head), stream
+    def __init__(self, head: bytes, stream, error: Exception | None = None) -> None:
+        self._head, self._stream, self._error = memoryview(head), stream, error
 
     def readable(self) -> bool:
         return True
@@ -160,6 +160,9 @@ class _Prefixed(io.RawIOBase):
             buffer[:n] = self._head[:n]
             self._head = self._head[n:]
             return n
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         if self._stream is None:
             return 0
         data = self._stream.read(len(buffer))
@@ -219,6 +222,7 @@ class _Run:
             out.counted_lines += self.scanner.counted
             out.lines += self.scanner.counted
             self.stats.long_lines += self.scanner.long_lines
+            self.stats.problems.extend(self.scanner.problems)
         out.problems.extend(self.stats.describe())
         out.formats = dict(sorted(self.formats.items(), key=lambda kv: -kv[1]))
         out.kind = dominant_kind(self.formats)
@@ -226,21 +230,42 @@ class _Run:
         return out
 
     def _physical(self, stream) -> Iterator[tuple[int, str]]:
-        head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES] if hasattr(stream, "peek") else None
+        try:
+            head = stream.peek(SNIFF_BYTES)[:SNIFF_BYTES] if hasattr(stream, "peek") else None
+        except READ_ERRORS as exc:
+            self.stats.problems.append(f"read stopped at the start: {exc}")
+            return iter(())
         if head is not None and (b"\x00" in head[:4096] or detect_encoding(head) != "utf-8"):
             return chronological(iter_lines(stream, self.stats, head), self.stats)
         known = self.source.size if self.source.size is not None and not self.source.compression else None
         if known is None:
             # a stream (stdin, an archive member) or a compressed file: the decompressed
             # size decides, so the first FAST_PATH_BYTES are held to find out
-            held = stream.read(FAST_PATH_BYTES)
-            stream = _Prefixed(held, stream) if len(held) >= FAST_PATH_BYTES else io.BufferedReader(
-                _Prefixed(held, None), buffer_size=1 << 16)
-            known = FAST_PATH_BYTES if len(held) >= FAST_PATH_BYTES else len(held)
+            held, rest, error = self._hold(stream)
+            if rest is not None:
+                stream, known = _Prefixed(held, rest), FAST_PATH_BYTES
+            else:
+                stream, known = io.BufferedReader(_Prefixed(held, None, error), buffer_size=1 << 16), len(held)
         if known >= FAST_PATH_BYTES:
             self.scanner = scan.Scanner(stream, self._busy)
             return self.scanner.lines()
         return chronological(iter_lines(stream, self.stats, head), self.stats)
+
+    def _hold(self, stream) -> tuple[bytes, object | None, Exception | None]:
+        """Up to FAST_PATH_BYTES of ``stream``; the stream itself when there is more;
+        the read error that ended it early (a cut gzip, a bomb's cap), to be raised
+        again after what came before it has been read."""
+        chunks, held = [], 0
+        try:
+            while held < FAST_PATH_BYTES:
+                chunk = stream.read(min(1 << 16, FAST_PATH_BYTES - held))
+                if not chunk:
+                    return b"".join(chunks), None, None
+                chunks.append(chunk)
+                held += len(chunk)
+        except READ_ERRORS as exc:
+            return b"".join(chunks), None, exc
+        return b"".join(chunks), stream, None
 
     def _busy(self) -> bool:
         """True while a block is open: the scanner then hands over every line."""
@@ -265,7 +290,7 @@ class _Run:
             self.sanitizer.feed(line.lineno, text)
             self._count("compute-sanitizer")
             return
-        if self.gdb.claims(text):
+        if self.gdb.claims(text, line.env.stream_key, rec.format != "plain"):
             self.gdb.feed(line.lineno, text)
             self._count("cuda-gdb")
             return

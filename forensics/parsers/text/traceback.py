@@ -34,7 +34,9 @@ FRAME = re.compile(r'\s*File "[^"\n]+", line \d+')
 # a colon and a message (or nothing).  Warnings are not failures.
 EXCEPTION_LINE = re.compile(
     r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Failed|Fault|Timeout|Dead)"
-    r"|KeyboardInterrupt|SystemExit|c10::\w+|std::\w+)(?:\([\w.]*\))?(?::\s|:$|$)")
+    r"|KeyboardInterrupt|SystemExit|RemoteTraceback|c10::\w+|std::\w+)(?:\([\w.]*\))?(?::\s|:$|$)")
+# the quotes around a multiprocessing pool's RemoteTraceback (the worker's traceback)
+QUOTE = '"""'
 MAX_BLOCK_LINES = 20_000     # a traceback of millions of lines is cut (the rest counted)
 
 
@@ -115,7 +117,7 @@ class TracebackBlock:
             self.quoting = True    # "-- Process 1 terminated with the following error:"
             return True
         if self.quoting and (stripped.startswith(TB_HEADER) or FRAME.match(text) or text[:1].isspace()
-                             or EXCEPTION_LINE.match(text)):
+                             or EXCEPTION_LINE.match(text) or stripped == QUOTE):
             return True       # the quoted traceback
         if text.startswith(TB_HEADER) or text.startswith(UNRAISABLE):
             return False      # a new, separate traceback
@@ -134,11 +136,18 @@ class TracebackBlock:
         if stripped.startswith(TB_HEADER):
             self.after_chain = False
             self.in_message = False
+            # a block started at a lone exception line that goes on to a (quoted) traceback
+            # reads that traceback's frames like any other
+            self.started_by = "header"
             return
         if self.in_message or not stripped or text.startswith(UNRAISABLE) or FRAME.match(text):
             return
         if not text[0].isspace():
             self.in_message = True   # the exception line "Type: message"
+            if not self.quoting and knowledge.quoted_process(stripped):
+                # the exception line itself names the process it quotes (Ray's RayTaskError
+                # on raw stderr, a pool's RemoteTraceback): its traceback follows
+                self.quoting = True
 
     def close(self, make):
         """(events, lines used, unparsed (lineno, text), problems)."""
@@ -173,7 +182,8 @@ def _quoted(exc: PyException, quoting: PyException, local, nlines: int, make):
     from forensics.events import freeze
     from forensics.parsers.text.classify import traceback_event
     event = traceback_event((replace(exc, chained_by=None),), nlines, make)
-    who = knowledge.quoted_process(quoting.message) or {}
+    # the exception line as printed: the type may be what names the quote (RemoteTraceback)
+    who = knowledge.quoted_process(f"{quoting.type}: {quoting.message}") or {}
     changes = {}
     if "pid" in who:
         changes.update(pid=int(who["pid"]), rank=None, host=who.get("ip"), process=who.get("process"))
