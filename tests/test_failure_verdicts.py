@@ -445,9 +445,6 @@ def test_no_failure_is_no_failure():
     assert v.environment["vllm"] == "0.10.2"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a clean shutdown (SIGINT to the API server, workers' 'parent process "
-                   "exited' and the process manager's force-kills) is taken for relays of a failure: verdict "
-                   "relay-only, failed True")
 def test_a_clean_shutdown_of_a_healthy_server_is_no_failure(shared_case):
     case, truth = shared_case("A_healthy_tp2_chunked_prefill")
     assert truth["injection"]["kind"] == "none"

@@ -239,9 +239,6 @@ def test_vllm_cpu_sigkilled_worker(shared_case):
     assert f"[{env['crash_num_output_tokens']}]" == truth["crash_dump"]["num_output_tokens"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a clean SIGINT shutdown ('[shutdown] ... force killing remaining "
-                                       "processes', 'Parent process exited') is read as 'the engine died' "
-                                       "(failure_kind relay-only, every process collateral)")
 def test_vllm_cpu_healthy_run_has_no_verdict(shared_case):
     case, truth = shared_case("A_healthy_tp2_chunked_prefill")
     v = case.verdict

@@ -269,6 +269,10 @@ class FirstFailureRule(Rule):
             relays = [e for e in evidence.events if e.kind in RELAY and not e.attrs.get("earlier_run")
                       and not (e.kind == Kind.HTTP and (e.attrs.get("status") or 0) < 500)]
             timeouts = evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)
+            if relays and not timeouts and _after_a_requested_shutdown(evidence, relays):
+                verdict.explain("The relays follow a requested shutdown (the server stopping its own processes); "
+                                "no process shows a failure.")
+                return
             if relays or timeouts:
                 self._relay_only(evidence, verdict, relays or timeouts, launcher)
                 return
@@ -364,6 +368,23 @@ class FirstFailureRule(Rule):
         verdict.failure_kind = FailureKind.STARTUP if verdict.environment.get("phase") == "startup" else \
             FailureKind.RELAY_ONLY
         verdict.explain(f"Relay only: {basis}.")
+
+
+# Relays a shutdown produces by itself: children told their parent left, signals sent.
+_SHUTDOWN_ECHOES = frozenset({Kind.PARENT_EXITED, Kind.SIGNAL_RECEIVED, Kind.WORKER_DIED})
+
+
+def _after_a_requested_shutdown(evidence: Evidence, relays: list[Event]) -> bool:
+    """Whether every relay is an echo of a shutdown the server was already carrying out
+    (an operator's Ctrl-C, a rolling restart): the first shutdown line comes no later
+    than the first relay, and no relay says a process failed."""
+    shutdowns = [e for e in evidence.of_kind(Kind.SHUTDOWN) if not e.attrs.get("earlier_run")]
+    if not shutdowns or any(e.kind not in _SHUTDOWN_ECHOES for e in relays):
+        return False
+    first_shutdown, first_relay = shutdowns[0], relays[0]
+    if first_shutdown.time is not None and first_relay.time is not None:
+        return first_shutdown.time <= first_relay.time
+    return first_shutdown.source == first_relay.source and first_shutdown.line <= first_relay.line
 
 
 # The ProcessGroupNCCL watchdog polls its work items; the time it reports a CUDA error is
@@ -561,7 +582,8 @@ class RankStatuses(Rule):
         out = []
         for info in table.processes():
             mine = per_key.get(info.key, [])
-            out.append(self._status(info, mine, about, exit_codes, deaths, first, origin, hang, verdict))
+            out.append(self._status(info, mine, about, exit_codes, deaths, first, origin, hang, verdict,
+                                    bool(evidence.of_kind(Kind.SHUTDOWN))))
         out = self._went_down_with_the_job(evidence, verdict, out)
         verdict.ranks = tuple(out)
         collateral = [v for v in out if v.status == Status.COLLATERAL]
@@ -570,7 +592,7 @@ class RankStatuses(Rule):
                             + " went down because another process failed.")
 
     def _status(self, info: ProcessInfo, mine: list[Event], about, exit_codes, deaths, first, origin, hang,
-                verdict) -> RankVerdict:
+                verdict, shutdown_seen: bool = False) -> RankVerdict:
         own = [e for e in mine if e.kind in OWN and not consequence_of_timeout(e) and not e.attrs.get("earlier_run")
                and not (e.kind == Kind.EXCEPTION and info.role in ("api-server", "launcher"))]
         relays = [e for e in mine if e.kind in RELAY | {Kind.SHUTDOWN} and not e.attrs.get("earlier_run")
@@ -618,6 +640,11 @@ class RankStatuses(Rule):
                 failure = "ran out of memory"
             return RankVerdict(status=status, first_error=clip(e.message, 200), first_error_source=e.where,
                                failure=failure, **base)
+        quiet = first is None and hang is None and verdict.failure_kind is None
+        if quiet and shutdown_seen and (relays or any(p in deaths for p in info.pids)) and all(e.kind in _SHUTDOWN_ECHOES | {Kind.SHUTDOWN}
+                                                             for e in relays):
+            # nothing failed: what this process shows is the server stopping itself
+            return RankVerdict(status=Status.HEALTHY, failure="stopped by a requested shutdown", **base)
         if info.pid in deaths or any(p in deaths for p in info.pids):
             words = deaths.get(info.pid) or next(deaths[p] for p in info.pids if p in deaths)
             crashed = code is not None and _signal_number(code) in _CRASH_SIGNALS
