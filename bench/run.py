@@ -1,8 +1,15 @@
-"""The benchmark: generate bundles, time `forensics analyze` on them, and compare with
-`grep -c -E` (the analyzer's own anchor patterns) and `cat > /dev/null` over the same bytes.
+"""The benchmark: generate bundles, time `forensics analyze` on them beside baselines over
+the same bytes, and check the verdict.
 
-    python bench/run.py                 # 10 MB and 100 MB
-    python bench/run.py --with-1g       # also 1 GB (slow to generate; not in CI)
+Two generators, so that the fast path cannot be tuned to one: `bench/generate.py`
+(synthetic 8-rank console) and `bench/realistic.py` (built from a real DEBUG recording's
+line shapes, in the modes realistic, dense, files, gzip, longline).  Baselines, in the same
+run: `grep -c -F` with the analyzer's own anchors, a Python loop with one regex of the same
+anchors, and ripgrep / lnav when installed.  For the realistic bundles the verdict must
+equal the verdict on the embedded crash recording alone.
+
+    python bench/run.py                      # 100 MB of every mode
+    python bench/run.py --sizes 100M,1G      # and 1 GB (slow to generate)
     python bench/run.py --write bench/RESULTS.md
 """
 
@@ -12,7 +19,6 @@ import argparse
 import os
 import platform
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -21,51 +27,86 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench.generate import generate  # noqa: E402
-from forensics.parsers.prefilter import anchors  # noqa: E402
+from bench import generate as synthetic  # noqa: E402
+from bench import realistic  # noqa: E402
+from forensics.parsers.scan import anchors  # noqa: E402
+
+def _size(text: str) -> int:
+    return realistic._size(text)
 
 
-def timed(cmd, **kw) -> tuple[float, float]:
-    """(wall seconds, peak RSS MB) of a command run as a child."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+def peak_run(cmd: list[str]) -> tuple[float, float, str]:
+    """(wall seconds, peak RSS MB, stdout) of the analyzer in a child of its own."""
+    code = ("import re,subprocess,sys,time\n"
+            "t=time.perf_counter()\n"
+            "p=subprocess.Popen(sys.argv[1:],stdout=subprocess.PIPE)\n"
+            "out,_=p.communicate()\n"
+            "w=time.perf_counter()-t\n"
+            "import resource\n"
+            "print(w, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024)\n"
+            "sys.stdout.write(out.decode('utf-8','replace'))\n")
+    out = subprocess.run([sys.executable, "-c", code, *cmd], check=True, capture_output=True, text=True).stdout
+    first, _, rest = out.partition("\n")
+    wall, rss = first.split()
+    return float(wall), float(rss), rest
+
+
+def wall(cmd: list[str], **kw) -> float | None:
+    if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
+        return None
     started = time.perf_counter()
-    subprocess.run(cmd, check=True, **kw)
-    wall = time.perf_counter() - started
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, max(peak, before) / 1024
+    subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, **kw)
+    return time.perf_counter() - started
 
 
-def run_one(label: str, size: int, work: Path) -> dict:
-    bundle = work / label
-    generate(bundle, size)
-    files = sorted(str(p) for p in bundle.iterdir())
+def files_of(target: Path) -> list[str]:
+    return sorted(str(p) for p in target.rglob("*") if p.is_file()) if target.is_dir() else [str(target)]
+
+
+def python_loop(files: list[str]) -> float:
+    pattern = re.compile(b"|".join(re.escape(a) for a in anchors()))
+    started = time.perf_counter()
+    n = 0
+    for name in files:
+        opener = __import__("gzip").open if name.endswith(".gz") else open
+        with opener(name, "rb") as fh:
+            for line in fh:
+                if pattern.search(line):
+                    n += 1
+    return time.perf_counter() - started
+
+
+def headline(target: Path) -> str:
+    cmd = [sys.executable, "-m", "forensics", "analyze", str(target), "-q", "--format", "json"]
+    out = subprocess.run(cmd, capture_output=True, text=True).stdout
+    import json
+    return json.loads(out)["verdict"]["headline"] if out else "(no report)"
+
+
+def run_one(generator: str, mode: str, size: int, work: Path, check_verdict: bool) -> dict:
+    out = work / f"{generator}-{mode}-{size}"
+    if generator == "realistic":
+        target = realistic.generate(out, size, mode)
+    else:
+        synthetic.generate(out, size)
+        target = out
+    files = files_of(target)
     total = sum(os.path.getsize(f) for f in files)
     pattern = work / "anchors.txt"
-    pattern.write_text("\n".join(re.escape(a.decode()) for a in anchors()) + "\n")
-    analyze = [sys.executable, "-m", "forensics", "analyze", str(bundle), "--format", "json", "-o", os.devnull]
-    # a child per measurement so peak RSS is the analyzer's own
-    wall, rss = _isolated(analyze)
-    # stdout to a pipe, not /dev/null: GNU grep stops at the first match when it sees /dev/null
-    grep_wall, _ = timed(["grep", "-c", "-E", "-f", str(pattern), *files], stdout=subprocess.PIPE)
-    cat_wall, _ = timed(["sh", "-c", f"cat {' '.join(files)} > /dev/null"])
-    return {"label": label, "bytes": total, "wall": wall, "rss": rss, "grep": grep_wall, "cat": cat_wall}
-
-
-def _isolated(cmd) -> tuple[float, float]:
-    code = ("import resource,subprocess,sys,time;t=time.perf_counter();subprocess.run(sys.argv[1:],check=True);"
-            "w=time.perf_counter()-t;print(w, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024)")
-    out = subprocess.run([sys.executable, "-c", code, *cmd], check=True, capture_output=True, text=True).stdout
-    wall, rss = out.split()
-    return float(wall), float(rss)
-
-
-def _startup(work: Path) -> float:
-    """Wall time of the analyzer on a one-line input: the fixed cost in every row."""
-    tiny = work / "tiny"
-    tiny.mkdir()
-    (tiny / "server.log").write_text("(Worker_TP0 pid=1) INFO 12-02 10:00:00 [a.py:1] hello\n")
-    cmd = [sys.executable, "-m", "forensics", "analyze", str(tiny), "--format", "json", "-o", os.devnull]
-    return min(_isolated(cmd)[0] for _ in range(3))
+    pattern.write_bytes(b"\n".join(anchors()) + b"\n")
+    t, rss, _ = peak_run([sys.executable, "-m", "forensics", "analyze", str(target), "--format", "json", "-o", os.devnull])
+    gz = target.suffix == ".gz"
+    grep = wall(["sh", "-c", f"zcat {files[0]} | grep -c -F -f {pattern}"] if gz else
+                ["grep", "-c", "-F", "-f", str(pattern), *files])
+    rg = wall(["sh", "-c", f"zcat {files[0]} | rg -c -F -f {pattern}"] if gz else
+              ["rg", "-c", "-F", "-f", str(pattern), *files]) if shutil.which("rg") else None
+    lnav = wall(["lnav", "-n", "-c", ":write-to /dev/null", *files]) if shutil.which("lnav") else None
+    row = {"generator": generator, "mode": mode, "bytes": total, "wall": t, "rss": rss, "grep": grep, "rg": rg,
+           "lnav": lnav, "loop": python_loop(files), "same_verdict": None}
+    if check_verdict and generator == "realistic":
+        row["same_verdict"] = headline(target) == headline(realistic.SOURCE)
+    shutil.rmtree(out, ignore_errors=True)
+    return row
 
 
 def machine() -> str:
@@ -83,38 +124,43 @@ def machine() -> str:
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| input | size (MB) | forensics (s) | MB/s | peak RSS (MB) | grep -c -E (s) | cat (s) | forensics / grep |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    def secs(value):
+        return "-" if value is None else f"{value:.2f}"
+
+    out = ["| generator | mode | size (MB) | forensics (s) | peak RSS (MB) | grep -F (s) | rg (s) | lnav (s) | "
+           "Python loop (s) | forensics / grep | same verdict |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
-        mb = r["bytes"] / 1e6
-        out.append(f"| {r['label']} | {mb:,.0f} | {r['wall']:.2f} | {mb / r['wall']:,.0f} | {r['rss']:,.0f} | "
-                   f"{r['grep']:.2f} | {r['cat']:.2f} | {r['wall'] / max(r['grep'], 1e-3):.1f}x |")
+        verdict = {True: "yes", False: "NO", None: "-"}[r["same_verdict"]]
+        ratio = f"{r['wall'] / r['grep']:.1f}x" if r["grep"] else "-"
+        out.append(f"| {r['generator']} | {r['mode']} | {r['bytes'] / 1e6:,.0f} | {r['wall']:.2f} | {r['rss']:,.0f} | "
+                   f"{secs(r['grep'])} | {secs(r['rg'])} | {secs(r['lnav'])} | {r['loop']:.2f} | {ratio} | {verdict} |")
     return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--with-1g", action="store_true")
+    ap.add_argument("--sizes", default="100M", help="comma-separated sizes, e.g. 100M,1G")
+    ap.add_argument("--modes", default=",".join(realistic.MODES))
+    ap.add_argument("--no-synthetic", action="store_true")
     ap.add_argument("--write", type=Path)
     args = ap.parse_args()
-    sizes = [("10 MB", 10 << 20), ("100 MB", 100 << 20)] + ([("1 GB", 1 << 30)] if args.with_1g else [])
     work = Path(tempfile.mkdtemp(prefix="forensics-bench-"))
+    rows = []
     try:
-        rows = [run_one(label.replace(" ", ""), size, work) for label, size in sizes]
-        startup = _startup(work)
+        for size in (_size(s) for s in args.sizes.split(",")):
+            if not args.no_synthetic:
+                rows.append(run_one("synthetic", "8 ranks", size, work, False))
+            for mode in args.modes.split(","):
+                rows.append(run_one("realistic", mode, size, work, True))
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result = f"Machine: {machine()}\n\n{table(rows)}\n"
-    result += f"\nStart-up (the same command on a one-line input): {startup:.2f} s\n"
-    if len(rows) >= 3:
-        r100, r1g = rows[1], rows[2]
-        result += (f"\n100 MB -> 1 GB: time x{r1g['wall'] / r100['wall']:.1f} "
-                   f"(x{(r1g['wall'] - startup) / (r100['wall'] - startup):.1f} without the fixed start-up), "
-                   f"peak RSS {100 * (r1g['rss'] / r100['rss'] - 1):+.0f}%\n")
     print(result)
     if args.write:
-        args.write.write_text("# Benchmark results\n\nProduced by `python bench/run.py"
-                              + (" --with-1g" if args.with_1g else "") + "`.\n\n" + result)
+        args.write.write_text("# Benchmark results\n\nProduced by `python bench/run.py --sizes " + args.sizes
+                              + "` (one run; ratios are from the same run).\n\n" + result)
 
 
 if __name__ == "__main__":

@@ -297,6 +297,12 @@ def signals() -> dict[int, str]:
     return {int(k): v for k, v in load("signals")["signal"].items()}
 
 
+@functools.lru_cache(maxsize=None)
+def watchdog_exceptions() -> frozenset[str]:
+    """C++ exception types the NCCL watchdog aborts its process with (data/signals.toml)."""
+    return frozenset(load("signals").get("watchdog", {}).get("exceptions", ()))
+
+
 def signal_name(number: int | None) -> str:
     if number is None:
         return "an unknown signal"

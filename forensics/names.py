@@ -42,7 +42,7 @@ def plain(signature: str | None) -> str:
     if not signature:
         return ""
     text = signature.strip()
-    text = re.sub(r"<<<[^>]*>>>", "", text)             # cuda-gdb launch configuration
+    text = re.sub(r"<<<(?:[^<>]|<(?!<<))*>>>", "", text)  # cuda-gdb launch configuration (no rescan per "<<<")
     text = re.sub(r"\+0x[0-9a-fA-F]+$", "", text)       # PC offset
     # CUDA-MEMCHECK's "/path/file.cu:75:void k(...)": the location comes first
     loc = re.match(r"^[^\s():<>]+\.(?:cu|cuh|cpp|cc|h|hpp|py):\d+:", text)

@@ -534,14 +534,16 @@ def set_aside_earlier_runs(events: list[Event]) -> tuple[list[Event], list[str]]
     for source, idx in starts.items():
         runs = _distinct_runs(events, idx)
         if len(runs) >= 2:
-            cut_by_source[source] = events[runs[-1]].seq
+            # by line, not seq: a record is emitted when it ends, so the earlier run's last
+            # record can be emitted after the next start's first line
+            cut_by_source[source] = events[runs[-1]].line
             notes.append(f"{source}: {len(runs)} server starts in this file (restarts appended to one log); the "
                          f"verdict uses the last run, from line {events[runs[-1]].line}; the earlier events stay on "
                          "the timeline only (pids may have been reused)")
     if not cut_by_source:
         return events, notes
     out = [replace(e, attrs=freeze({**e.attrs, "earlier_run": True}))
-           if e.source in cut_by_source and e.seq < cut_by_source[e.source] else e for e in events]
+           if e.source in cut_by_source and e.line < cut_by_source[e.source] else e for e in events]
     return out, notes
 
 

@@ -177,6 +177,7 @@ class RankVerdict:
     failure: str | None = None      # how it went down, in words
     other_pids: tuple[int, ...] = ()  # the same process seen under other pids (a tool's front end)
     host: str | None = None
+    in_inputs: bool = True          # False: a rank the configuration promises but no input shows
 
 
 @dataclass(frozen=True)

@@ -194,3 +194,33 @@ def test_markdown_mermaid_block_renders(browser, bundle, tmp_path):
     assert browser.title == "ok", browser.title
     assert browser.find_elements("css selector", "#out svg")
     browser.save_screenshot(str(tmp_path / "mermaid.png"))
+
+
+def test_untimed_evidence_has_its_own_lane_and_zoom_keeps_every_marker(browser, tmp_path):
+    """The GPU sample's raw dmesg Xid has no wall clock: it sits in the untimed lane (not
+    at the end of the time axis, where it would read as the last event); zooming in
+    keeps every marker on the page (outside the view they sit faded at the edge)."""
+    case = case_of(REPO / "samples/gpu_tp4_oob_del_cumemfree")
+    page = tmp_path / "report.html"
+    page.write_text(case.report("html"), encoding="utf-8")
+    browser.get(page.as_uri())
+    time.sleep(0.3)
+    lanes = [e.text for e in browser.find_elements("css selector", "#lanes .lane-label")]
+    assert "no wall-clock time" in lanes
+    axis = [e.text for e in browser.find_elements("css selector", "#lanes .axis")]
+    assert len(axis) >= 2 and all(re.match(r"\d\d:\d\d:\d\d", t) for t in axis)
+    before = len(browser.find_elements("css selector", "#lanes .marker"))
+    for _ in range(4):
+        browser.find_element("id", "zin").click()
+    after = browser.find_elements("css selector", "#lanes .marker")
+    assert len(after) == before
+    inside = browser.execute_script(
+        "const s = document.getElementById('lanes').getBoundingClientRect();"
+        "return [...document.querySelectorAll('#lanes .marker')].every(m => { const r = m.getBoundingClientRect();"
+        " return r.left >= s.left - 1 && r.right <= s.right + 1 && r.top >= s.top - 1 && r.bottom <= s.bottom + 1; });")
+    assert inside
+    faded = [m for m in after if m.get_attribute("opacity") == "0.35"]
+    assert faded, "after zooming in, markers outside the view sit faded at the edge"
+    assert browser.find_element("id", "legend").text.strip()
+    browser.save_screenshot(str(tmp_path / "zoomed.png"))
+    assert not _errors(browser)

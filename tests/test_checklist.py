@@ -84,9 +84,6 @@ def test_a_nccl_all_reduce_backend_is_no_concern():
     assert item.status == Check.PASS and "nccl" in item.finding
 
 
-@pytest.mark.xfail(strict=True, reason="bug: RankStatuses adds placeholder verdicts (pid None) for the ranks the "
-                   "configuration promises but no input shows; the checklist counts them as logs it has and answers "
-                   "'every rank went down' (pass) instead of 'logs of 2 of 4 ranks' (unknown)")
 def test_checklist_with_missing_rank_logs_cannot_tell_if_every_rank_went_down():
     text = ("(EngineCore_DP0 pid=1) INFO 11-20 08:00:01 [core.py:140] Initializing a V1 LLM engine (v0.30.0) with "
             "config: model='m', tensor_parallel_size=4\n"
@@ -140,9 +137,6 @@ def test_checklist_never_contradicts_the_verdict(name):
     assert_consistent(case)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: RankStatuses lists a rank the launcher reported dead without a pid "
-                   "(TGI 'Shard 1 crashed') as healthy, so the checklist names the first failing rank as showing "
-                   "no failure")
 def test_checklist_does_not_call_the_first_failing_shard_standing():
     text = ("2025-05-26T09:02:11.102901Z  INFO text_generation_launcher: Sharding model on 2 processes\n"
             "2025-05-26T09:02:14.881533Z  INFO shard-manager: text_generation_launcher: Starting shard rank=0\n"
@@ -151,8 +145,6 @@ def test_checklist_does_not_call_the_first_failing_shard_standing():
     assert_consistent(analyze_text(text))
 
 
-@pytest.mark.xfail(strict=True, reason="bug: Checklist declares it reads failure_kind but never uses it: on a run "
-                   "with no failure it still flags 'every rank went down at the same point' as a concern (fail)")
 def test_a_run_without_failure_raises_no_concern():
     case = analyze_text(vllm_tp2())
     assert not case.verdict.failed

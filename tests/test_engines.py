@@ -179,8 +179,6 @@ def test_tensorrt_llm_version_and_rank():
     assert case.verdict.error.code == 700
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the attention-backend message pattern reads TensorRT-LLM's 'Using LLM "
-                   "with PyTorch backend' as attention_backend = 'LLM with PyTorch'")
 def test_tensorrt_llm_pytorch_backend_line_is_not_an_attention_backend():
     assert "attention_backend" not in analyze_text(TRTLLM).verdict.environment
 

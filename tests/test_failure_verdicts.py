@@ -184,9 +184,6 @@ def test_the_watchdog_taking_a_waiting_rank_down_is_part_of_the_hang(aftermath):
     assert statuses(v)[0] == Status.COLLATERAL
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the watchdog's 'terminate called after throwing ... "
-                   "c10::DistBackendError' printed without its what() line after the timeouts counts as an own "
-                   "failure (SIGABRT), so the hang is missed and rank 0 - a rank that was waiting - is blamed")
 def test_hand_made_nccl_hang_names_the_rank_that_never_joined():
     # tests/data/handmade/nccl_watchdog_hang: ranks 0, 1, 3 time out, rank 2 never joins
     v = analyze(str(HANDMADE / "nccl_watchdog_hang")).verdict
@@ -286,16 +283,12 @@ def test_segfault_with_a_core_file_is_a_fatal_signal():
     assert (proc.pid, proc.status) == (1032, Status.FAILED) and "Segmentation fault" in proc.failure
 
 
-@pytest.mark.xfail(strict=True, reason="bug: FirstFailureRule drops the pid whenever the rank is unknown "
-                   "(pid is kept only 'if rank is not None'), so a single process without ranks loses its pid")
 def test_single_process_segfault_keeps_the_pid_of_the_process_that_failed():
     v = analyze(str(DATA / "gpu/cpu_segv_core")).verdict
     assert v.first_failure.rank is None
     assert v.first_failure.pid == 1032
 
 
-@pytest.mark.xfail(strict=True, reason="bug: RankStatuses keys deaths by pid only, so a rank a launcher reports "
-                   "dead without a pid (TGI 'Shard 1 crashed') is listed as healthy while it is the first failure")
 def test_a_shard_reported_crashed_is_not_healthy():
     text = ("2025-05-26T09:02:11.102901Z  INFO text_generation_launcher: Sharding model on 2 processes\n"
             "2025-05-26T09:02:14.881533Z  INFO shard-manager: text_generation_launcher: Starting shard rank=0\n"
@@ -325,9 +318,6 @@ def test_startup_failure():
     assert {"sanitizer", "coredump"}.isdisjoint(s.id for s in v.next_steps)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: summary() leaves out what failed for a start-up failure without a "
-                   "CUDA error (the 'kind != STARTUP' branch skips the first failure's text), so the summary only "
-                   "says 'the server failed while starting'")
 def test_startup_failure_summary_says_what_failed():
     v = analyze(str(HANDMADE / "startup_failure")).verdict
     assert "No available memory" in v.summary
@@ -407,16 +397,12 @@ def test_device_assert_error_reported_beside_the_cublas_status_is_the_error():
     assert v.surfaces[0].api == "cublasGemmEx"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: ReportedError never fills ErrorInfo.cause_of: the CUDA error wins the "
-                   "ranking before the cuBLAS status is looked at, so 'it surfaced as CUBLAS_STATUS_...' is lost")
 def test_device_assert_verdict_says_it_surfaced_as_the_cublas_status():
     v = analyze_text(ASSERT_THEN_CUBLAS + LATER_ASSERT_ERROR).verdict
     assert v.error.cause_of == "CUBLAS_STATUS_EXECUTION_FAILED"
     assert "surfaced as CUBLAS_STATUS_EXECUTION_FAILED" in v.summary
 
 
-@pytest.mark.xfail(strict=True, reason="bug: summary() formats the surface as '{file}:{line} {function}' without "
-                   "checking the function, so a native error line's surface reads '... custom_all_reduce.cuh:9 None'")
 def test_summary_of_a_native_error_surface_does_not_print_none():
     text = ("(Worker_TP2 pid=12) ERROR 11-20 08:00:05 [a.py:1] Failed: Cuda error /x/custom_all_reduce.cuh:9 "
             "'an illegal memory access was encountered'\n")

@@ -72,11 +72,7 @@ PROBE_BUG = ("bug: TextParser._physical reads the first FAST_PATH_BYTES of a com
              "outside the reader's error handling: a cut stream (EOFError) or a bomb stopped by its cap "
              "(InputLimitError) makes the whole input 'the reader failed ... please report it', nothing before the "
              "cut is read")
-BUGS = {
-    "cut_traceback.log": "bug: a traceback cut off before its exception line gets no problem line on its source "
-                         "(only an 'exception' event says so); expected.toml and the cut sanitizer/gzip/mid-token "
-                         "cases all report the cut as a problem",
-}
+BUGS: dict[str, str] = {}
 
 
 def reported(case) -> list[str]:
@@ -167,10 +163,6 @@ def test_the_corpus_folder_as_a_whole_through_the_cli(tmp_path):
     assert sorted(p.name for p in work.iterdir()) == []
 
 
-@pytest.mark.xfail(strict=True, reason="bug: restarts appended to one file: the earlier run's CUDA error is "
-                                       "closed as a one-line traceback block after the second start was seen, "
-                                       "gets a later seq, escapes set_aside_earlier_runs and becomes the "
-                                       "verdict (attributed to the reused pid's new rank 0)")
 def test_an_earlier_run_in_the_same_file_stays_out_of_the_verdict():
     case = analyze(str(HOSTILE / "restarts.log"))
     assert any("2 server starts in this file" in note for note in case.verdict.notes)
@@ -395,9 +387,6 @@ def test_a_cut_tar_keeps_the_members_before_the_damage(tmp_path):
                for line in reported(case)), reported(case)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: classify() returns an empty member (size 0) without its opener; "
-                                       "TextParser then opens path None and the member is reported as 'the reader "
-                                       "failed (TypeError ...) - please report it'")
 def test_an_empty_archive_member_is_just_empty(tmp_path):
     archive = _tar(tmp_path / "b.tar", [(_member("empty.log"), b""), (_member("server.log"), LOG)])
     case = analyze(str(archive))
@@ -429,10 +418,6 @@ def test_links_loops_and_special_files(tmp_path):
     assert {e.pid for e in followed.events} == {11, 99}
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a link to a folder inside the tree is meant to be skipped (read "
-                                       "once, where it is), but _walk tests is_dir(follow_symlinks=False), so the "
-                                       "link is sniffed as a file and reported as 'not a regular file (device, "
-                                       "socket or pipe)'")
 def test_a_link_to_a_folder_inside_the_tree_is_not_a_problem(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "server.log").write_bytes(LOG)
@@ -591,9 +576,6 @@ def test_a_file_on_disk_parses_about_as_fast_as_the_same_bytes_in_memory(tmp_pat
     assert from_disk < 2 * in_memory + 0.2, (from_disk, in_memory)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: quadratic regex on long lines: noise.toml's '\\d+%\\|' searched over a "
-                                       "run of digits, wrappers.toml's Ray '\\s*\\[repeated ...' over a run of "
-                                       "whitespace; a 1 MiB line of either takes tens of minutes")
 @pytest.mark.parametrize("unit, count", [(b"7", 24_000), (b" ", 32_000), (b"\t", 32_000)],
                          ids=["digits", "spaces", "tabs"])
 def test_a_long_line_of_digits_or_blanks_is_linear(unit, count):

@@ -159,12 +159,8 @@ def test_a_healthy_log_validates_and_says_no_failure():
 
 
 @pytest.mark.parametrize("path", [
-    pytest.param(DATA / "gpu" / "tp4_oob_write_coredump", marks=pytest.mark.xfail(
-        strict=True, reason="bug: with no CUDA error code the headline starts with first_failure.what, which "
-                            "already names the kernel: 'Warp Illegal Address in K in K on rank 2'")),
-    pytest.param(DATA / "env" / "h200", marks=pytest.mark.xfail(
-        strict=True, reason="bug: with no CUDA error code the headline repeats the Xid fault: 'Xid 31 ... on pid "
-                            "502 (Xid 31 ...; kernel unknown)'")),
+    DATA / "gpu" / "tp4_oob_write_coredump",
+    DATA / "env" / "h200",
     REPO / "samples" / "gpu_tp4_oob_del_cumemfree",
     DATA / "gpu" / "tp4_oob_write_memcheck",
     DATA / "gpu" / "uninit_read",

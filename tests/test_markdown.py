@@ -157,8 +157,6 @@ def test_title_is_plain_one_line_text():
     assert "\n" not in text and len(text) < 256
 
 
-@pytest.mark.xfail(strict=True, reason="bug: markdown.title() cuts the headline at its first '; ', which falls inside "
-                                       "the parenthesis '(Xid 31 ...; kernel unknown)', leaving it unclosed")
 def test_title_parentheses_are_balanced():
     text = title(case_of(GPU_SAMPLE).document())
     assert text.count("(") == text.count(")"), text

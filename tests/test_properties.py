@@ -513,10 +513,6 @@ def test_redaction_is_idempotent(text, rng):
     assert Redactor().text(once) == once
 
 
-@pytest.mark.xfail(strict=True, reason="bug: redaction is not idempotent - a host pseudonym written by the "
-                                       "fully-qualified-name rule (host-1) is not recognised on a second pass, "
-                                       "so the kernel-line host (host-2) is renumbered host-1 and two machines "
-                                       "merge into one")
 def test_re_redacting_never_merges_two_hosts():
     text = "fetching weights from store.corp.com\nDec 02 10:42:37 gpu-node-7 kernel: NVRM: Xid 79, pid=1\n"
     once = Redactor().text(text)
@@ -609,9 +605,6 @@ def test_a_core_reader_that_raises_fails_the_properties(monkeypatch):
         check_core(segv_core(), "core.1")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: classify() drops the opener of an empty stream (size 0), so an "
-                                       "empty archive member or in-memory input has neither path nor opener and "
-                                       "TextParser raises TypeError in Source.open_binary")
 def test_text_parser_on_an_empty_stream():
     parsed = check_text(b"", "empty.log")
     assert parsed.lines == 0 and parsed.events == []

@@ -128,9 +128,6 @@ def test_a_private_url_host_is_redacted_but_a_public_one_is_not():
     assert "https://github.com/org/repo/issues/1" in out
 
 
-@pytest.mark.xfail(strict=True, reason="bug: the URL-host rule turns http://127.0.0.1:8000 into http://host-N:8000 "
-                                       "although the ipv4 and ipv6 rules keep loopback and unspecified addresses "
-                                       "(127.0.0.1, 0.0.0.0, ::1) and 'localhost' is on the public list")
 def test_loopback_stays_in_urls_too():
     text = "Uvicorn running on http://127.0.0.1:8000 and http://0.0.0.0:8000"
     assert redact(text) == text

@@ -466,8 +466,6 @@ def test_a_cublas_status_alone_is_the_error_reported():
 
 
 @covers(ReportedError)
-@pytest.mark.xfail(strict=True, reason="bug: ReportedError picks the CUDA error by rank before looking at the "
-                   "library status, so ErrorInfo.cause_of (the cuBLAS status it surfaced as) is never filled")
 def test_a_cublas_status_with_a_cuda_error_is_where_the_error_surfaced():
     events = [event(Kind.CUDA_ERROR, "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling "
                     "`cublasGemmEx(...)`", line=5, cuda_error=CUBLAS_FAILED),
@@ -662,9 +660,6 @@ def test_a_watchdog_abort_that_quotes_the_timeout_is_part_of_the_hang():
 
 
 @covers(CollectiveHang)
-@pytest.mark.xfail(strict=True, reason="bug: consequence_of_timeout only looks for timeout words, so the "
-                   "watchdog's SIGABRT (terminate ... c10::DistBackendError) without its what() line, printed "
-                   "after the collectives timed out, counts as an own failure and hides the hang")
 def test_a_watchdog_abort_after_the_timeouts_without_its_what_line_is_part_of_the_hang():
     abort = event(Kind.FATAL_SIGNAL, "terminate called after throwing c10::DistBackendError", time=at(601),
                   line=250, signal_name="SIGABRT", cxx_type="c10::DistBackendError", crash="cxx-exception")
@@ -1046,9 +1041,6 @@ def test_headline_without_failure():
 
 
 @covers(Headline)
-@pytest.mark.xfail(strict=True, reason="bug: with no CUDA error reported the headline's 'what' is the first "
-                   "failure's text, which already names the kernel, and the origin part names it again "
-                   "('... in K in K on rank 2')")
 def test_headline_names_the_kernel_once_when_no_host_error_was_reported():
     o = origin(kernel="oneshot_allreduce_flag_kernel", fault="Warp Illegal Address")
     first = FirstFailure(2, 102, at(0), "origin evidence: Warp Illegal Address in oneshot_allreduce_flag_kernel",
@@ -1058,8 +1050,6 @@ def test_headline_names_the_kernel_once_when_no_host_error_was_reported():
 
 
 @covers(Headline)
-@pytest.mark.xfail(strict=True, reason="bug: summary() prints the error code unconditionally, so a library "
-                   "status without a code reads 'CUBLAS_STATUS_EXECUTION_FAILED (None)'")
 def test_summary_of_a_library_status_without_a_code_does_not_print_none():
     _, draft = apply(Headline, evidence_of([]), error=ErrorInfo(CUBLAS_FAILED, "x"),
                      failure_kind=FailureKind.DEVICE_ASSERT)

@@ -297,9 +297,6 @@ def test_a_continuation_of_a_stamped_record_carries_its_stamp():
     assert tb.rank == 0 and tb.pid == 5 and tb.attrs["unraisable"]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: resolve_times walks events in the order the parser emitted them, and "
-                   "a multi-line native abort (terminate ... what():) is emitted after the next record: it takes "
-                   "the time of a line printed after it, with no not_after bound")
 def test_an_unstamped_native_abort_takes_the_time_of_the_line_before_it():
     text = ("(Worker_TP1 pid=41) WARNING 03-01 10:00:05 [a.py:1] step 1 slow\n"
             "terminate called after throwing an instance of 'c10::Error'\n"
@@ -329,9 +326,6 @@ def test_restarts_appended_to_one_log_are_said_and_the_earlier_start_is_set_asid
     assert len(case.events) == 4                          # the earlier run stays on the timeline
 
 
-@pytest.mark.xfail(strict=True, reason="bug: set_aside_earlier_runs cuts by event seq, which is the parser's emission "
-                   "order: a record emitted after the next start (the earlier run's last error) is not marked, and "
-                   "the earlier run's CUDA error becomes the verdict's error")
 def test_restarts_appended_to_one_log_keep_only_the_last_run_in_the_verdict():
     case = analyze_text(restarted_log())
     assert {e.line for e in case.events if e.attrs.get("earlier_run")} == {1, 2}

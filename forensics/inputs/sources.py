@@ -83,6 +83,8 @@ class Source:
         """The bytes of the input, decompressed, capped."""
         if self.opener is not None:
             raw: BinaryIO = self.opener()
+        elif self.path is None:
+            raw = io.BytesIO(b"")      # neither a file nor a stream: nothing to read
         else:
             # buffered: the parsers read lines and peek at the head
             raw = io.BufferedReader(Capped(open(self.path, "rb"),  # noqa: SIM115
@@ -291,7 +293,9 @@ def _walk(root: Path, follow_links: bool, walk: Walk) -> Iterator[Source]:
                                      problems=(f"{rel}: a link to {display_name(target)}, outside the folder given; "
                                                "not followed (--follow-links to read it)",))
                         continue
-                if entry.is_dir(follow_symlinks=follow_links or not is_link):
+                # through the link: a link to a folder is a folder (read where it is, or
+                # followed with --follow-links), never a file to sniff
+                if entry.is_dir():
                     if is_link and not follow_links:
                         continue            # a link to a folder inside the tree: read it once, there
                     subfolders.append(full)
@@ -384,8 +388,10 @@ def sniff(path: Path, relpath: str) -> Source:
 def classify(relpath: str, path: Path | None, head: bytes, *, size: int | None,
              mtime: datetime | None, opener: Callable[[], BinaryIO] | None = None) -> Source:
     """A source from its first bytes (``opener``: how to read a stream)."""
-    if size == 0 or (not head and opener is None):
-        return Source(relpath, path, "text", 0 if size is None else size, mtime)
+    if size == 0 or not head:
+        # empty: text with nothing in it - but still openable (an archive member or an
+        # in-memory stream has no path: without its opener it could not be read at all)
+        return Source(relpath, path, "text", 0 if size is None else size, mtime, opener=opener)
     compression = None
     for name, magic in _COMPRESSED:
         if head.startswith(magic):

@@ -85,6 +85,7 @@ else if (V.faulting_process) vd.appendChild(para([el("b", "Origin "), "kernel un
 else if (V.error && V.error.sticky) vd.appendChild(para([el("b", "Origin "), "unknown: the calls below only reported an earlier asynchronous fault."]));
 V.surfaces.forEach(s => vd.appendChild(para([el("b", "Surface "), who(s.rank, s.pid) + ": " + (s.api ? s.api + " at " : ""), el("code", (s.file || "?") + ":" + s.line), " in ", el("code", s.function || "?"), el("small", " [" + s.source + "]")])));
 if (V.first_failure) vd.appendChild(para([el("b", "First failure "), who(V.first_failure.rank, V.first_failure.pid) + ": " + V.first_failure.basis]));
+if (V.hardware) vd.appendChild(para([el("b", "Hardware or software "), V.hardware.opinion + ": " + V.hardware.basis + ". To settle it: " + V.hardware.settle]));
 if (V.first_failure && V.first_failure.launcher_opinion) vd.appendChild(el("p", V.first_failure.launcher_opinion, "note"));
 V.notes.forEach(n => vd.appendChild(el("p", n, "note")));
 const known = $("known");

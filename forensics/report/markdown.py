@@ -30,8 +30,29 @@ def title(document: dict) -> str:
     v, env = document["verdict"], document["environment"]
     facts = ", ".join(x for x in (f"vLLM {env['vllm']}" if env.get("vllm") else "",
                                   f"TP={env['tensor_parallel_size']}" if env.get("tensor_parallel_size") else "") if x)
-    text = plain(v["headline"]).split("; ")[0]
-    return f"[Bug]: {text[:180]}" + (f" ({facts})" if facts else "")
+    text = _first_clause(plain(v["headline"]), 180)
+    return f"[Bug]: {text}" + (f" ({facts})" if facts else "")
+
+
+def _first_clause(text: str, limit: int) -> str:
+    """The headline up to its first '; ' outside parentheses (a '; ' inside one, as in
+    '(Xid 31 ...; kernel unknown)', is part of that aside), at most ``limit`` characters;
+    a cut never leaves a parenthesis open."""
+    depth, opened, end = 0, [], len(text)
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+            opened.append(i)
+        elif ch == ")" and depth:
+            depth -= 1
+            opened.pop()
+        elif depth == 0 and text.startswith("; ", i):
+            end = i
+            break
+        if i + 1 >= limit:
+            end = opened[0] if opened else i + 1     # drop an aside the limit would cut
+            break
+    return text[:end].rstrip(" -")
 
 
 def render(document: dict, out: TextIO, options) -> None:
@@ -145,8 +166,9 @@ def _chain(document: dict) -> list[str]:
         steps.append("an earlier kernel faulted asynchronously (not named by any evidence)")
     for s in v["surfaces"]:
         api = f"{md_code(s['api'])} at " if s["api"] else ""
-        where = f"{md_code(str(s['file']).rsplit('/', 1)[-1] + ':' + str(s['line']))} in {md_code(s['function'])}" \
-            if s["file"] else "a host call"
+        place = str(s["file"]).rsplit("/", 1)[-1] + (f":{s['line']}" if s["line"] is not None else "")
+        where = (md_code(place) + (f" in {md_code(s['function'])}" if s["function"] else "")) if s["file"] \
+            else "a host call"
         steps.append(f"{s['who']} noticed it: {api}{where} raised {md_code(s['exception'])} "
                      f"({md_text(s['how'])}) \\[{md_code(s['source'])}\\]")
     first = v["first_failure"]
@@ -183,7 +205,7 @@ def mermaid(document: dict) -> str:
         note(f"R{origin['rank']}", f"ORIGIN {origin.get('kernel') or 'kernel unknown'}: {origin['fault']}")
     for s in v["surfaces"][:8]:
         if s["rank"] is not None:
-            note(f"R{s['rank']}", f"SURFACE {s['api'] or ''} {s['function'] or ''}")
+            note(f"R{s['rank']}", f"SURFACE {s['api'] or ''} {s['function'] or ''}".rstrip())
     first = v["first_failure"]["rank"] if v["first_failure"] else None
     for r in document["ranks"]:
         if r["status"] != "collateral":

@@ -101,7 +101,8 @@ def _verdict_panel(document: dict, plain_output: bool):
     elif v["failure_kind"]:
         lines.append(_row("Failure", (v["failure_kind"], "failure")))
     for s in v["surfaces"][:6]:
-        where = f"{_short(s['file'])}:{s['line']} in {s['function']}" if s["file"] else "no source location"
+        where = (_short(s["file"]) + (f":{s['line']}" if s["line"] is not None else "")
+                 + (f" in {s['function']}" if s["function"] else "")) if s["file"] else "no source location"
         api = f"{s['api']} at " if s["api"] else ""
         lines.append(_row("Surface", f"{s['who']}: {plain(api + where)}",
                           (f"  [{plain(s['source'])}]", "source")))

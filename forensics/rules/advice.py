@@ -211,8 +211,13 @@ def _what(verdict) -> str:
 def headline(verdict) -> str:
     if verdict.failure_kind is None and verdict.error is None:
         return "No failure found in the inputs."
-    parts = [_what(verdict)]
     origin, first = verdict.origin, verdict.first_failure
+    what = _what(verdict)
+    if verdict.error is None and origin is not None and first is not None and what == first.what:
+        # with no error reported the first failure's text is the origin's ("fault in
+        # kernel"): say the fault here and the kernel once, in the origin part below
+        what = origin.fault
+    parts = [what]
     if verdict.hang is not None and first is not None:
         # a hang has no surface: say who did not join, or that the logs cannot tell
         parts.append(f"- {first.what}" if first.rank is not None else "- the late rank is unknown")
@@ -227,14 +232,14 @@ def headline(verdict) -> str:
     elif first is not None and (first.rank is not None or first.pid is not None):
         parts.append(f"on {who(first.rank, first.pid, brief=True)}")
         if origin is not None:
-            parts.append(f"({origin.fault}; kernel unknown)")
+            parts.append("(kernel unknown)" if origin.fault in what else f"({origin.fault}; kernel unknown)")
         elif verdict.error is not None and verdict.error.error.sticky:
             parts.append("(faulting kernel unknown)")
     elif first is not None:
         parts.append("- first failing rank unknown")
     if verdict.surfaces:
         s = _surface_of_first(verdict)
-        where = f"{s.file.rsplit('/', 1)[-1]}:{s.line} {s.function or ''}".strip() if s.file else None
+        where = _site(s) if s.file else None
         if where:
             parts.append(f"- surfaced at {where}" + (f" ({s.api})" if s.api else ""))
     line = " ".join(parts)
@@ -242,6 +247,13 @@ def headline(verdict) -> str:
         k = verdict.known_issues[0]
         line += f"; {k.likelihood} known issue {k.id}: {k.workaround}"
     return line
+
+
+def _site(s) -> str:
+    """'file.py:12 function', leaving out what the surface does not know (a native error
+    line gives a file and line but no function)."""
+    place = s.file.rsplit("/", 1)[-1] + (f":{s.line}" if s.line is not None else "")
+    return f"{place} {s.function}" if s.function else place
 
 
 def _surface_of_first(verdict):
@@ -261,26 +273,34 @@ def summary(verdict) -> str:
     if kind == FailureKind.STARTUP:
         bits.append("the server failed while starting")
     if error is not None:
-        bits.append(f"{error.name} ({error.code})" + ("" if error.error.sticky else f": {error.error.meaning}"))
+        # a library status (cuBLAS ...) has no CUDA error code
+        bits.append((f"{error.name} ({error.code})" if error.code is not None else error.name)
+                    + ("" if error.error.sticky or not error.error.meaning else f": {error.error.meaning}"))
         if error.cause_of:
             bits.append(f"it surfaced as {error.cause_of}")
-    elif kind is not None and kind != FailureKind.STARTUP:
-        bits.append(_what(verdict))
+    elif kind is not None and (kind != FailureKind.STARTUP or verdict.first_failure is not None):
+        # a start-up failure: what failed (_what gives the first failure's text); a fault
+        # the origin names: the fault, its kernel said once below
+        what = _what(verdict)
+        first = verdict.first_failure
+        bits.append(origin.fault if origin is not None and first is not None and what == first.what else what)
     if verdict.surfaces:
         s = verdict.surfaces[0]
-        where = f"{s.file.rsplit('/', 1)[-1]}:{s.line} {s.function}" if s.file else "a host call"
+        where = _site(s) if s.file else "a host call"
         bits.append(f"surfaced on {who(s.rank, s.pid, brief=True)} at {s.api + ' at ' if s.api else ''}{where}")
     if origin is not None and origin.kernel:
         bits.append(f"faulting kernel {origin.kernel} on {who(origin.rank, origin.pid, brief=True)} ({origin.confidence} confidence)")
     elif origin is not None:
-        bits.append(f"{who(origin.rank, origin.pid, brief=True)} ran the faulting kernel ({origin.fault}) but no evidence names it")
+        fault = "" if any(origin.fault in b for b in bits) else f" ({origin.fault})"
+        bits.append(f"{who(origin.rank, origin.pid, brief=True)} ran the faulting kernel{fault} but no evidence names it")
     elif error is not None and error.error.sticky:
         bits.append("the faulting kernel is unknown: the reporting call is only where the sticky error surfaced")
     first = verdict.first_failure
     if kind == FailureKind.RELAY_ONLY:
         bits.append("only relays of the failure are in the inputs: the failing process's own error is not")
-    elif first is not None and first.rank is not None:
-        bits.append(f"first failure: rank {first.rank}")
+    elif first is not None and (first.rank is not None or first.pid is not None):
+        # a process without a rank (a single process, a server's own process) by its pid
+        bits.append(f"first failure: {who(first.rank, first.pid, brief=True)}")
     elif first is not None:
         bits.append("the first failing rank cannot be told from these inputs")
     collateral = sorted({v.rank for v in verdict.ranks if v.status == Status.COLLATERAL and v.rank is not None})

@@ -85,10 +85,16 @@ class Checklist(Rule):
                  f"{usage:.1%}" + (" (rules out running out of KV cache)" if usage < 0.9 else " (near capacity)"),
                  "kv_cache_usage_at_crash", "kv_cache_usage")
 
-        workers = [v for v in verdict.ranks if v.role == "worker"]
+        # only the ranks the inputs show: the verdict also lists the ranks the configuration
+        # promises but no input shows (presumed to have gone down with the job) - those are
+        # no evidence of where they stopped
+        workers = [v for v in verdict.ranks if v.role == "worker" and v.in_inputs]
         if not workers or (isinstance(tp, int) and len(workers) < tp):
             item("every rank went down at the same point", Check.UNKNOWN,
                  f"logs of {len(workers)} of {tp or '?'} ranks")
+        elif verdict.failure_kind is None:
+            # nothing failed: no rank had to go down, so a rank still standing is no concern
+            item("every rank went down at the same point", Check.PASS, "no failure in the inputs: no rank had to go down")
         else:
             standing = [v for v in workers if v.status == Status.HEALTHY]
             item("every rank went down at the same point", Check.PASS if not standing else Check.FAIL,

@@ -54,6 +54,12 @@ class ReportedError(Rule):
             cause = self._cause(evidence, pool, event)
             if cause is not None:
                 cause_of, err = err.name, cause
+        else:
+            # the CUDA error won the ranking; a library status (cuBLAS ...) the same process
+            # also reported is how that error surfaced in the library call
+            status = next((e for e in pool if reported(e).family != "cuda" and _same_process(e, event)), None)
+            if status is not None:
+                cause_of = reported(status).name
         verdict.error = ErrorInfo(err, event.where, relayed_only=not own, cause_of=cause_of)
         stickiness = ("sticky: every later CUDA call in that process fails with it, so the call that "
                       "reports it is not where it happened") if err.sticky else "not sticky"
@@ -69,6 +75,16 @@ class ReportedError(Rule):
         the host call reported.)"""
         real = [reported(e) for e in pool if reported(e) is not None and reported(e).family == "cuda"]
         return real[0] if real else None
+
+
+def _same_process(a: Event, b: Event) -> bool:
+    """Whether two reports can be one process's: the same pid, else the same rank; a
+    report that signs neither (raw stderr, a paste of one process) may be anyone's."""
+    if a.pid is not None and b.pid is not None:
+        return a.pid == b.pid
+    if a.rank is not None and b.rank is not None:
+        return a.rank == b.rank
+    return True
 
 
 class SurfacePoints(Rule):

@@ -21,19 +21,45 @@ _WEIGHT = {Kind.XID: 0, Kind.CORE_DUMP: 0, Kind.SANITIZER: 0, Kind.CUDA_GDB: 0, 
 _TIMEOUT_WORDS = ("timeout", "timed out", "Timeout")
 
 
-def consequence_of_timeout(event: Event) -> bool:
+def consequence_of_timeout(event: Event, first_timeout: Event | None = None) -> bool:
     """An abort or exception that only reports a collective timeout (the watchdog taking
-    the process down after the timeout): part of the hang, not a failure of its own."""
+    the process down after the timeout): part of the hang, not a failure of its own.
+    ``first_timeout`` is the earliest collective timeout of the run: the watchdog's abort
+    printed after it is its consequence even when the abort's what() line - the one that
+    would quote the timeout - is missing (cut by the process dying, or never flushed)."""
+    if event.kind not in (Kind.FATAL_SIGNAL, Kind.EXCEPTION, Kind.NCCL):
+        return False
     text = event.message + " " + str(event.attrs.get("what") or "")
-    return event.kind in (Kind.FATAL_SIGNAL, Kind.EXCEPTION, Kind.NCCL) and any(w in text for w in _TIMEOUT_WORDS)
+    if any(w in text for w in _TIMEOUT_WORDS):
+        return True
+    return (event.kind == Kind.FATAL_SIGNAL and not event.attrs.get("what") and first_timeout is not None
+            and event.attrs.get("cxx_type") in knowledge.watchdog_exceptions() and _after(event, first_timeout))
+
+
+def _after(event: Event, earlier: Event) -> bool:
+    """Whether ``event`` was printed no earlier than ``earlier``: by their times, or by
+    line order in one file when either has no time."""
+    if event.time is not None and earlier.time is not None:
+        return event.time >= earlier.time
+    return event.source == earlier.source and event.line > earlier.line
+
+
+def _first_timeout_event(evidence: Evidence) -> Event | None:
+    """The earliest collective timeout of the last run (by time, then log order)."""
+    timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if not e.attrs.get("earlier_run")]
+    if not timeouts:
+        return None
+    stamped = [e for e in timeouts if e.time is not None]
+    return min(stamped, key=lambda e: (e.time, e.seq)) if stamped else timeouts[0]
 
 
 def _own_failures(evidence: Evidence) -> list[Event]:
     out = []
+    first_timeout = _first_timeout_event(evidence)
     for event in evidence.events:
         if event.attrs.get("earlier_run"):
             continue
-        if event.kind in OWN and not consequence_of_timeout(event):
+        if event.kind in OWN and not consequence_of_timeout(event, first_timeout):
             if event.kind == Kind.XID:
                 entry = knowledge.xid_catalogue().get(event.attrs.get("xid"), {})
                 # an application fault names its process; a hardware Xid counts when the
@@ -83,7 +109,8 @@ def _deaths(evidence: Evidence) -> list[tuple[Event, int | None, int | None, str
             info = table.by_rank(event.attrs["subject_rank"])
         pid = info.pid if info else event.attrs.get("subject_pid")
         rank = info.rank if info else event.attrs.get("subject_rank")
-        name = event.attrs.get("subject_process") or (info.name if info else None) or (f"pid {pid}" if pid else "a worker")
+        name = event.attrs.get("subject_process") or (info.name if info else None) or (f"pid {pid}" if pid else None) \
+            or (f"rank {rank}" if rank is not None else "a worker")
         out.append((event, pid, rank, death_words(name, code)))
     return out
 
@@ -305,22 +332,23 @@ class FirstFailureRule(Rule):
         others = sorted({c.rank for c in candidates if c.rank is not None and c.rank != earliest.rank} - set(tied))
         basis = f"earliest failure of its own ({earliest.what}) at {event.where}"
         rank = earliest.rank
+        undecided = False       # the logs cannot tell which process failed first: name none
         if tied:
             basis += (f"; ranks {rank_list(tied)} reported the same within the same second, so rank "
                       f"{rank} is first only in log order - not evidence that it faulted first")
             if _same_failure(candidates, event):
-                rank = None
+                rank, undecided = None, True
                 basis = (f"ranks {rank_list({earliest.rank} | set(tied))} reported the same "
                          f"failure ({earliest.what}) within the same second: the logs cannot tell which failed first")
         peers = sorted({c.pid for c in candidates if c is not earliest and c.rank is None and c.pid is not None
                         and c.pid != earliest.pid and c.event.kind == event.kind and _same_time(c.event, event)})
         if peers and rank is not None:
-            rank = None
+            rank, undecided = None, True
             basis = (f"processes {', '.join(f'pid {p}' for p in peers)} (rank unknown) reported the same failure "
                      f"({earliest.what}) in the same second as rank {earliest.rank}: the logs cannot tell which "
                      "failed first")
         if unsigned_same_time is not None and rank is not None:
-            rank = None
+            rank, undecided = None, True
             basis = (f"a process that signed no rank reported the same failure ({unsigned_same_time.what}) at "
                      f"{unsigned_same_time.event.where}, in the same second as rank {earliest.rank}'s report at "
                      f"{event.where}: the logs cannot tell which failed first")
@@ -332,7 +360,9 @@ class FirstFailureRule(Rule):
         if missing and rank is not None:
             basis += (f"; the logs of ranks {rank_list(missing)} are missing, so one of them may have "
                       "failed earlier - this cannot be ruled out")
-        verdict.first_failure = FirstFailure(rank, earliest.pid if rank is not None else None, event.time, basis,
+        # a process without a rank (a single-process run) is still named by its pid;
+        # only a tie leaves both unnamed
+        verdict.first_failure = FirstFailure(rank, None if undecided else earliest.pid, event.time, basis,
                                              earliest.what, _differs(launcher, rank))
         verdict.failure_kind = _kind(evidence, verdict, kind_event or event)
         verdict.explain(f"Rank {rank} (pid {earliest.pid}) failed first: {basis}.")
@@ -569,8 +599,15 @@ class RankStatuses(Rule):
             info = table.info_of(event)
             if info is not None:
                 per_key.setdefault(info.key, []).append(event)
-        deaths = {pid: words for e, pid, _, words in _deaths(evidence) if pid is not None
-                  and not (verdict.hang is not None and _timeout_death(e, _first_timeout(evidence)))}
+        deaths: dict[int, str] = {}
+        rank_deaths: dict[int, str] = {}    # a launcher reports a rank dead without its pid (TGI "Shard 1 crashed")
+        for e, pid, rank, words in _deaths(evidence):
+            if verdict.hang is not None and _timeout_death(e, _first_timeout(evidence)):
+                continue
+            if pid is not None:
+                deaths.setdefault(pid, words)
+            elif rank is not None:
+                rank_deaths.setdefault(rank, words)
         about: dict[str, list[Event]] = {}      # lines about a process written by another (force killing pid N)
         for event in evidence.of_kind(Kind.SHUTDOWN):
             subject = table.by_pid(event.attrs.get("subject_pid")) if event.attrs.get("subject_pid") is not None else None
@@ -582,8 +619,10 @@ class RankStatuses(Rule):
         out = []
         for info in table.processes():
             mine = per_key.get(info.key, [])
+            rank_death = rank_deaths.get(info.rank) if info.role in (None, "worker") else None
             out.append(self._status(info, mine, about, exit_codes, deaths, first, origin, hang, verdict,
-                                    bool(evidence.of_kind(Kind.SHUTDOWN))))
+                                    bool(evidence.of_kind(Kind.SHUTDOWN)), _first_timeout_event(evidence),
+                                    rank_death))
         out = self._went_down_with_the_job(evidence, verdict, out)
         verdict.ranks = tuple(out)
         collateral = [v for v in out if v.status == Status.COLLATERAL]
@@ -592,8 +631,10 @@ class RankStatuses(Rule):
                             + " went down because another process failed.")
 
     def _status(self, info: ProcessInfo, mine: list[Event], about, exit_codes, deaths, first, origin, hang,
-                verdict, shutdown_seen: bool = False) -> RankVerdict:
-        own = [e for e in mine if e.kind in OWN and not consequence_of_timeout(e) and not e.attrs.get("earlier_run")
+                verdict, shutdown_seen: bool = False, first_timeout: Event | None = None,
+                rank_death: str | None = None) -> RankVerdict:
+        own = [e for e in mine if e.kind in OWN and not consequence_of_timeout(e, first_timeout)
+               and not e.attrs.get("earlier_run")
                and not (e.kind == Kind.EXCEPTION and info.role in ("api-server", "launcher"))]
         relays = [e for e in mine if e.kind in RELAY | {Kind.SHUTDOWN} and not e.attrs.get("earlier_run")
                   and not (e.kind == Kind.HTTP and (e.attrs.get("status") or 0) < 500)
@@ -645,8 +686,8 @@ class RankStatuses(Rule):
                                                              for e in relays):
             # nothing failed: what this process shows is the server stopping itself
             return RankVerdict(status=Status.HEALTHY, failure="stopped by a requested shutdown", **base)
-        if info.pid in deaths or any(p in deaths for p in info.pids):
-            words = deaths.get(info.pid) or next(deaths[p] for p in info.pids if p in deaths)
+        if info.pid in deaths or any(p in deaths for p in info.pids) or rank_death is not None:
+            words = deaths.get(info.pid) or next((deaths[p] for p in info.pids if p in deaths), rank_death)
             crashed = code is not None and _signal_number(code) in _CRASH_SIGNALS
             return RankVerdict(status=Status.FAILED if crashed or is_first else Status.UNKNOWN, failure=words, **base)
         if relays:
@@ -689,12 +730,12 @@ class RankStatuses(Rule):
                 result.append(RankVerdict(key=f"rank:{rank}", pid=None, rank=rank, role="worker", name=None,
                                           status=Status.COLLATERAL,
                                           failure=f"no lines of its own in the inputs; the launcher stopped it after "
-                                                  f"{culprit} failed"))
+                                                  f"{culprit} failed", in_inputs=False))
             else:
                 result.append(RankVerdict(key=f"rank:{rank}", pid=None, rank=rank, role="worker", name=None,
                                           status=Status.COLLATERAL,
                                           failure=f"no lines of this rank in the inputs; it went down with the job "
-                                                  f"after {culprit} failed"))
+                                                  f"after {culprit} failed", in_inputs=False))
         return result
 
 

@@ -104,7 +104,7 @@ class DeviceOrigin(Rule):
             notes.append(f"an Xid names pid {xids[0].pid}, not {pid}")
             confidence = Confidence.LOW
         refs = tuple(EvidenceRef(e.tool, e.where, clip(e.text, 300)) for e in strong[:10])
-        refs += tuple(_ref(x) for x in xids[:3])
+        refs = _unique(refs + tuple(_ref(x) for x in xids[:3]))
         return Origin(rank=rank, pid=pid, kernel=first.kernel, fault=first.fault,
                       address=next((e.address for e in strong if e.address), None),
                       evidence=refs, confidence=confidence, notes=tuple(notes))
@@ -121,7 +121,19 @@ class DeviceOrigin(Rule):
             fault += f", {str(xid.attrs['access']).lower()} access"
         return Origin(rank=evidence.processes.rank_of(xid.pid) if xid.rank is None else xid.rank, pid=xid.pid,
                       kernel=None, fault=fault, address=xid.attrs.get("address"),
-                      evidence=tuple(_ref(x) for x in xids[:3]), confidence=Confidence.MEDIUM, notes=tuple(notes))
+                      evidence=_unique(tuple(_ref(x) for x in xids[:3])), confidence=Confidence.MEDIUM,
+                      notes=tuple(notes))
+
+
+def _unique(refs: tuple[EvidenceRef, ...]) -> tuple[EvidenceRef, ...]:
+    """The same line seen twice (dmesg and dmesg -T, a console and a rank's log) is one
+    piece of evidence."""
+    seen, out = set(), []
+    for ref in refs:
+        if ref.text not in seen:
+            seen.add(ref.text)
+            out.append(ref)
+    return tuple(out)
 
 
 def kernel_evidence(evidence: Evidence) -> list[KernelEvidence]:

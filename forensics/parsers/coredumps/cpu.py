@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator
 
+from elftools.construct.core import ConstructError
 from elftools.construct.lib.container import Container
 from elftools.elf.structs import ELFStructs
 
@@ -360,7 +361,9 @@ def _read_cpu_core(stream: BinaryIO, size: int, name: str) -> CpuCoreDump:
     for ntype, owner, desc in notes:
         try:
             _note_into(elf, ntype, owner, desc, state, problems)
-        except (struct.error, ValueError, IndexError) as exc:
+        except (struct.error, ValueError, IndexError, ConstructError) as exc:
+            # one bad note costs that note only (a construct layout that runs out of
+            # bytes raises its own FieldError: the rest of the core is still read)
             problems.append(f"note {_note_name(ntype)} is malformed ({exc}); skipped")
     threads = state["threads"]
     signal = state.get("si_signo") or (threads[0].signal if threads else None)
@@ -447,7 +450,10 @@ def _note_into(elf: ElfImage, ntype: int, owner: str, desc: bytes, state: dict, 
             rsp = struct.unpack_from(e + "Q", desc, _PR_REG + _RSP * 8)[0]
         state["threads"].append(CpuThread(tid=tid, signal=cursig, rip=rip, rsp=rsp))
     elif ntype == NT_PRPSINFO:
-        info = elf.structs.Elf_Prpsinfo.parse(desc)
+        layout = elf.structs.Elf_Prpsinfo          # pyelftools' elf_prpsinfo, per class and byte order
+        if len(desc) < layout.sizeof():
+            raise ValueError(f"{len(desc)} bytes, elf_prpsinfo needs {layout.sizeof()}")
+        info = layout.parse(desc)
         state["pid"] = info["pr_pid"]
         state["ppid"] = info["pr_ppid"]
         state["fname"] = _cstr(info["pr_fname"])

@@ -17,7 +17,9 @@ from forensics import grammar, knowledge
 from forensics.events import Kind, Severity
 from forensics.parsers.text.block import BlockResult, unparsable
 
-_RAISED_FROM = re.compile(r"(?P<function>\S+) at (?P<file>[^\s:]+):(?P<line>\d+)")
+# (?<!\S): searched over a whole message - a function is a whole word, tried once, not
+# rescanned from each character of a long run
+_RAISED_FROM = re.compile(r"(?<!\S)(?P<function>\S+) at (?P<file>[^\s:]+):(?P<line>\d+)")
 START = re.compile(r"terminate called |!{3,} ?Segfault encountered|\*\*\* SIG[A-Z]+ received at time=")
 _CONTINUES = re.compile(r"\s*what\(\):|\s*frame #\d+: |Exception raised from |PC: @|\s+@\s+0x|\[failure_signal_handler"
                         r"|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE|Search for `"

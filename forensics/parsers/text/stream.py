@@ -34,6 +34,7 @@ from forensics.parsers.text.lines import LineParser, Record, Stamp, site_formats
 # Inputs at least this large (decompressed, as far as the listing knows) take the fast
 # path (scan.py): only lines near an anchor are parsed, the rest counted.
 FAST_PATH_BYTES = 8 << 20
+BUSY_LINES = 64            # lines an open block keeps the fast path feeding without taking one
 TRAFFIC_EXAMPLES = 2
 TB_AT_END = "Traceback (most recent call last):"
 _CONTINUES = tuple(knowledge.message_continuations())
@@ -199,6 +200,8 @@ class _Run:
         self.stats = ReadStats()
         self.scanner = None
         self.last_error: int | None = None     # the last error line, whose raw continuations may follow
+        self.lineno = 0                          # the line being read
+        self.block_line = 0                      # the last line an open block took
         self.last_record: dict[tuple, tuple[int, Record]] = {}   # per stream: the last leveled record
 
     # -- driving ---------------------------------------------------------------------
@@ -268,14 +271,19 @@ class _Run:
         return b"".join(chunks), stream, None
 
     def _busy(self) -> bool:
-        """True while a block is open: the scanner then hands over every line."""
-        return bool(self.open) or bool(self.sanitizer.current)
+        """True while a block is taking lines: the scanner then hands over every line.
+        A block left open by a stream that went quiet (its writer's next line never
+        came) stops counting after BUSY_LINES lines without one of its own."""
+        if self.sanitizer.current:
+            return True
+        return bool(self.open) and self.lineno - self.block_line <= BUSY_LINES
 
     # -- one logical line -------------------------------------------------------------
 
     def _line(self, line: Line) -> None:
         out = self.out
         out.lines += 1
+        self.lineno = line.lineno
         if (not line.text or line.text.isspace()) and not self._busy():
             # blank lines between records (and files of nothing else): counted, no parse
             out.noise_lines += 1
@@ -303,6 +311,7 @@ class _Run:
         block = self.open.get(key)
         if block is not None:
             if block.accepts(text, line.lineno, header):
+                self.block_line = line.lineno
                 self._count(block.format)
                 return
             self._close(key)
@@ -330,6 +339,7 @@ class _Run:
 
         block = registry.start_block(text, header)
         if block is not None and block.accepts(text, line.lineno, header):
+            self.block_line = line.lineno
             self._open(key, block, line, rec)
             self._count(block.format)
             return
@@ -519,7 +529,20 @@ def resolve_times(events: list[Event], mtime: datetime | None) -> list[Event]:
     """Absolute times from stamps without a year: a wrapper's wall-clock time wins; else
     the year of the file's modification time (or now); a month that goes backwards by
     more than half a year starts a new year.  An event without a stamp of its own takes
-    the time of the last stamped event before it (marked as inferred)."""
+    the time of the last stamped event before it (marked as inferred).  "Before" is in
+    line order, not emission order: a multi-line record (a native abort's terminate ...
+    what():) is emitted once it ends, after a record that starts below it."""
+    from dataclasses import replace
+    by_line = sorted(range(len(events)), key=lambda i: events[i].line)     # stable: emission order within a line
+    resolved = _resolve_times([events[i] for i in by_line], mtime)
+    out: list = [None] * len(events)
+    for i, event in zip(by_line, resolved):
+        out[i] = event
+    return out
+
+
+def _resolve_times(events: list[Event], mtime: datetime | None) -> list[Event]:
+    """resolve_times on events in line order."""
     from dataclasses import replace
     # a stamp with a year in the same input (a wrapper's, another format's) says the year
     # better than the file's modification time, which is when it was copied

@@ -166,6 +166,11 @@ class TracebackBlock:
             problems.append(f"line {self.linenos[0]}: a traceback of more than {MAX_BLOCK_LINES:,} lines; "
                             f"{self.overflow:,} lines after that were counted, not read")
         nlines = len(self.lines) + self.overflow
+        if chain and chain[-1].cut and not chain[-1].type:
+            # the log ends (or was cut) inside the traceback: said on the source like any
+            # other cut input, not only by the event's headline
+            problems.append(f"line {self.linenos[0]}: a traceback is cut off before its exception line; "
+                            f"its {len(chain[-1].frames)} frame(s) are used")
         local = tuple(e for e in chain if e.chained_by != "remote")
         events = [traceback_event(local, nlines, make)]
         for i, exc in enumerate(chain):

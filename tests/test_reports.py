@@ -1,0 +1,105 @@
+"""Reports people trust at a glance, over every recording: each format opens with the
+verdict's headline, nothing says "None" where a finding belongs, no empty rank list, no
+contradiction between the checklist, the verdict and the headline; the terminal fits 80
+columns and is plain without colour."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import forensics
+from forensics.report import Options, render
+from forensics.report.document import build
+
+from tests.conftest import shared_bundles
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO / "tests" / "data"
+RECORDINGS = sorted(
+    [p for p in (REPO / "samples").iterdir() if p.is_dir()]
+    + [p for d in ("gpu", "cpu", "handmade") for p in (DATA / d).iterdir() if p.is_dir()]
+    + [DATA / "collect" / "h200_cupy_oob" / "bundle.tar.gz", DATA / "env" / "h200"]
+    + [p for p in shared_bundles()]
+)
+_CASES: dict = {}
+
+
+def case_of(path: Path):
+    if str(path) not in _CASES:
+        _CASES[str(path)] = forensics.analyze(path)
+    return _CASES[str(path)]
+
+
+def rendered(case, fmt: str, width: int = 80) -> str:
+    out = io.StringIO()
+    render(build(case), fmt, out, Options(width=width, color=False, redact=False))
+    return out.getvalue()
+
+
+def _unescape_md(text: str) -> str:
+    return re.sub(r"\\(.)", r"\1", text).replace("\u200b", "")
+
+
+def _squash(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_format_opens_with_the_verdicts_headline(path):
+    case = case_of(path)
+    headline = case.verdict.headline
+    assert headline and "None" not in headline
+    terminal = rendered(case, "terminal")
+    # the verdict box's first line(s): the headline, wrapped at 80 columns
+    first = _squash(" ".join(terminal.splitlines()[1:6]))
+    assert first.startswith(_squash(headline)[:60])
+    markdown = rendered(case, "markdown")
+    quote = next(line for line in markdown.splitlines() if line.startswith("> **"))
+    assert _squash(headline) in _squash(_unescape_md(quote))
+    page = rendered(case, "html")
+    assert json.loads(rendered(case, "json"))["verdict"]["headline"] == headline
+    assert "forensics report" in page or headline[:40] in page.replace("&#x27;", "'").replace("&quot;", '"')
+
+
+def _verdict_part(terminal: str) -> str:
+    """The terminal report up to the timeline: the part made of findings, not log lines."""
+    return terminal.split("Timeline around the failure")[0].split("Incident checklist")[0]
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_none_no_empty_rank_list_no_contradiction(path):
+    case = case_of(path)
+    v = case.verdict
+    verdict_text = _verdict_part(rendered(case, "terminal")) + "\n" + v.summary + "\n" + \
+        "\n".join(s.why for s in v.next_steps) + "\n" + "\n".join(c.finding for c in v.checklist)
+    assert not re.search(r"\bNone\b", verdict_text), verdict_text
+    flat = _squash(verdict_text)           # the terminal wraps lines: judge the words
+    assert not re.search(r"\branks:?\s*(?:[,.;)]|$)", flat), flat
+    assert "pid None" not in verdict_text and "rank None" not in verdict_text
+    markdown = rendered(case, "markdown").split("### Evidence")[0]
+    assert not re.search(r"\bNone\b", _unescape_md(markdown).split("| key |")[0])
+    if v.failed:
+        assert "No failure found" not in rendered(case, "terminal")
+        assert v.first_failure is not None or v.hang is not None
+    else:
+        assert v.headline == "No failure found in the inputs."
+        assert not v.collateral
+    client = next((c for c in v.checklist if c.check == "what the client saw"), None)
+    if client is not None and client.status.value == "fail":
+        assert v.failed, "an HTTP 5xx beside 'no failure found'"
+    for rank in v.ranks:
+        if rank.status.value in ("collateral", "origin", "surfaced", "failed"):
+            assert rank.failure or rank.first_error, rank
+
+
+@pytest.mark.parametrize("path", RECORDINGS[:6], ids=lambda p: p.name)
+def test_terminal_fits_80_columns_and_is_plain_without_colour(path):
+    text = rendered(case_of(path), "terminal", width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "\x1b[" not in text
+    assert not re.search("[\u2500-\u257f]", text), "box characters in plain output"
