@@ -22,6 +22,8 @@ from forensics.rules import Evidence, SourceFacts
 from forensics.verdict import Verdict
 
 TOOL_FORMATS = {"compute-sanitizer", "cuda-gdb"}
+BULK_BYTES = 64 << 20          # inputs together past this: a large bundle
+BULK_FILE_BYTES = 64 << 10     # in a large bundle, text files past this take the fast path
 
 
 class NothingToAnalyse(ValueError):
@@ -104,6 +106,13 @@ def analyze(*paths, kb_dirs: list[str] | None = None, on_source: Callable[[Sourc
         else:
             listed.append(source)
     files = [x for x in listed if isinstance(x, Source)]
+    if sum(s.size or 0 for s in files) >= BULK_BYTES:
+        # a large bundle of many files (rotated per-rank logs): each text file of some
+        # size takes the fast path, not only the ones past its own threshold
+        bulk = {id(s) for s in files if s.kind == "text" and (s.size or 0) >= BULK_FILE_BYTES}
+        listed = [dataclasses.replace(x, in_bulk=True) if isinstance(x, Source) and id(x) in bulk else x
+                  for x in listed]
+        files = [x for x in listed if isinstance(x, Source)]
     if engine == "dask":
         done = iter(engines.parse_dask(files, parse_source, scheduler, on_source))
     else:

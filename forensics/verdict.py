@@ -93,6 +93,12 @@ def rank_list(ranks, limit: int = 16) -> str:
     return ", ".join(items)
 
 
+def ranks_phrase(ranks) -> str:
+    """"rank 3" or "ranks 0-2, 5": the noun agrees with the list."""
+    listed = {r for r in ranks if r is not None}
+    return ("rank " if len(listed) == 1 else "ranks ") + (rank_list(listed) or "?")
+
+
 @dataclass(frozen=True)
 class ErrorInfo:
     """The error the crash is about."""

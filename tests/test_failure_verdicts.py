@@ -91,7 +91,7 @@ def test_the_same_error_reported_later_by_a_peer_is_collateral():
     text = vllm_tp(2, pids=801) + worker_traceback(1, 802, "09:20:31", ILLEGAL) + \
         worker_traceback(0, 801, "09:20:34", ILLEGAL)
     v = analyze_text(text).verdict
-    assert v.first_failure.rank == 1 and "ranks 0 failed later" in v.first_failure.basis
+    assert v.first_failure.rank == 1 and "rank 0 failed later" in v.first_failure.basis
     by_rank = {r.rank: r for r in v.ranks if r.role == "worker"}
     assert by_rank[1].status == Status.SURFACED
     assert by_rank[0].status == Status.COLLATERAL and "after rank 1 failed" in by_rank[0].failure

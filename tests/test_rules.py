@@ -689,7 +689,7 @@ def test_first_failure_is_the_earliest_own_failure_not_a_relay():
     _, draft = apply(FirstFailureRule, evidence_of(events), environment={}, error=ErrorInfo(ILLEGAL_ADDRESS, "x"))
     first = draft.values["first_failure"]
     assert (first.rank, first.pid, first.time) == (2, 102, at(0))
-    assert "ranks 3 failed later" in first.basis
+    assert "rank 3 failed later" in first.basis
     assert draft.values["failure_kind"] == FailureKind.CUDA_ERROR
 
 

@@ -69,6 +69,7 @@ class Source:
     problems: tuple[str, ...] = ()
     opener: Callable[[], BinaryIO] | None = None   # streams (stdin, archive members): read once
     forced: str | None = None    # the --kind the user forced, if any
+    in_bulk: bool = False        # one of many files of a large bundle: the fast path reads it
 
     @property
     def is_plain_file(self) -> bool:

@@ -70,7 +70,9 @@ class Scanner:
     ``hits``: absolute byte offsets of anchor matches, in order, when something faster
     than Python found them; else each block is searched here."""
 
-    def __init__(self, stream: BinaryIO, busy: Callable[[], bool], hits: Iterator[int] | None = None) -> None:
+    def __init__(self, stream: BinaryIO, busy: Callable[[], bool], hits: Iterator[int] | None = None,
+                 head_lines: int = HEAD_LINES, tail_lines: int = TAIL_LINES) -> None:
+        self.head_lines, self.tail_lines = head_lines, tail_lines
         self.stream = stream
         self.busy = busy            # True while the parser is inside a block: feed every line
         self.counted = 0
@@ -87,8 +89,8 @@ class Scanner:
     def lines(self) -> Iterator[tuple[int, str]]:
         lineno = 0                      # number of the last line consumed (yielded or counted)
         carry = b""
-        after = HEAD_LINES
-        skipped_tail: deque[tuple[int, bytes]] = deque(maxlen=TAIL_LINES)   # counted since the last yield
+        after = self.head_lines
+        skipped_tail: deque[tuple[int, bytes]] = deque(maxlen=self.tail_lines)   # counted since the last yield
 
         def emit(number: int, raw: bytes):
             skipped_tail.clear()
@@ -161,7 +163,7 @@ class Scanner:
                     pos = end + 1
                 if pos < start:
                     count = block.count(b"\n", pos, start)
-                    keep = CONTEXT_BEFORE if start < len(block) else TAIL_LINES
+                    keep = CONTEXT_BEFORE if start < len(block) else self.tail_lines
                     last = _last_lines(block, pos, start, keep)
                     self.counted += count
                     first_number = lineno + count - len(last) + 1

@@ -10,7 +10,7 @@ from packaging.version import InvalidVersion, Version
 
 from forensics.events import Kind
 from forensics.rules.base import Evidence, Rule, VerdictView
-from forensics.verdict import Check, ChecklistItem, Status, rank_list
+from forensics.verdict import Check, ChecklistItem, Status, ranks_phrase
 
 
 class Checklist(Rule):
@@ -99,7 +99,7 @@ class Checklist(Rule):
             standing = [v for v in workers if v.status == Status.HEALTHY]
             item("every rank went down at the same point", Check.PASS if not standing else Check.FAIL,
                  "every rank went down" if not standing else
-                 f"ranks {rank_list(v.rank for v in standing)} show no failure")
+                 f"{ranks_phrase(v.rank for v in standing)} show{'s' if len(standing) == 1 else ''} no failure")
 
         statuses = sorted({e.attrs["status"] for e in evidence.of_kind(Kind.HTTP) if isinstance(e.attrs.get("status"), int)})
         errors = [s for s in statuses if s >= 500]

@@ -8,7 +8,7 @@ from forensics import knowledge
 from forensics.events import OWN_FAILURE, RELAY, Event, Kind, clip, freeze
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.timeline import ProcessInfo
-from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status, rank_list
+from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status, rank_list, ranks_phrase
 
 # Evidence of a process's own failure (as opposed to noticing someone else's).
 OWN = OWN_FAILURE | {Kind.XID, Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP}
@@ -161,7 +161,7 @@ class CollectiveHang(Rule):
             doing = stalled_at(evidence, suspects[0])
         verdict.hang = Hang(collective=op, seq=seq if seq is not None and seq >= 0 else None,
                             waited=tuple(sorted(waited)), suspects=suspects, culprit_doing=doing)
-        verdict.explain(f"Hang: ranks {rank_list(waited) or '?'} timed out waiting in "
+        verdict.explain(f"Hang: {ranks_phrase(waited)} timed out waiting in "
                         f"{op or 'a collective'}; suspected late rank(s): {', '.join(map(str, suspects)) or 'unknown'}"
                         + (f"; it was {doing}" if doing else "") + ".")
 
@@ -353,12 +353,12 @@ class FirstFailureRule(Rule):
                      f"{unsigned_same_time.event.where}, in the same second as rank {earliest.rank}'s report at "
                      f"{event.where}: the logs cannot tell which failed first")
         if others:
-            basis += f"; ranks {rank_list(others)} failed later"
+            basis += f"; {ranks_phrase(others)} failed later"
         if not tied and not others and rank is not None:
             basis += "; no other rank failed on its own"
         missing = missing_ranks(evidence, env)
         if missing and rank is not None:
-            basis += (f"; the logs of ranks {rank_list(missing)} are missing, so one of them may have "
+            basis += (f"; the logs of {ranks_phrase(missing)} are missing, so one of them may have "
                       "failed earlier - this cannot be ruled out")
         # a process without a rank (a single-process run) is still named by its pid;
         # only a tie leaves both unnamed
@@ -371,17 +371,16 @@ class FirstFailureRule(Rule):
         timeouts = evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)
         first = timeouts[0]
         nccl = any(e.attrs.get("message_id") in ("nccl-watchdog-timeout", "nccl-timeout-work") for e in timeouts)
-        waited = rank_list(hang.waited) or "?"
         what_op = f"{hang.collective} SeqNum={hang.seq}" if hang.seq is not None else (hang.collective or "a collective")
         if len(hang.suspects) == 1:
             rank = hang.suspects[0]
             what = f"rank {rank} never joined {what_op}"
-            basis = (f"ranks {waited} timed out waiting in {what_op}; rank {rank} did not: it is the one that did not "
+            basis = (f"{ranks_phrase(hang.waited)} timed out waiting in {what_op}; rank {rank} did not: it is the one that did not "
                      "join (hung or dead before it)" + (f"; it was {hang.culprit_doing}" if hang.culprit_doing else ""))
             verdict.first_failure = FirstFailure(rank, evidence.processes.pid_of_rank(rank), first.time, basis, what,
                                                  _differs(launcher, rank))
         else:
-            basis = (f"ranks {waited} timed out waiting in {what_op}; the logs cannot tell which rank is late"
+            basis = (f"{ranks_phrase(hang.waited)} timed out waiting in {what_op}; the logs cannot tell which rank is late"
                      + (f" (candidates: {', '.join(map(str, hang.suspects))})" if hang.suspects else ""))
             verdict.first_failure = FirstFailure(None, None, first.time, basis, f"collective timeout in {what_op}",
                                                  launcher[1] if launcher else None)

@@ -249,8 +249,12 @@ class _Run:
                 stream, known = _Prefixed(held, rest), FAST_PATH_BYTES
             else:
                 stream, known = io.BufferedReader(_Prefixed(held, None, error), buffer_size=1 << 16), len(held)
-        if known >= FAST_PATH_BYTES:
-            self.scanner = scan.Scanner(stream, self._busy)
+        if known >= FAST_PATH_BYTES or self.source.in_bulk:
+            # a file of a large bundle keeps a shorter head and tail: with hundreds of
+            # rotated files, 1,200 lines of each would be most of the bundle
+            small = known < FAST_PATH_BYTES
+            self.scanner = scan.Scanner(stream, self._busy, head_lines=100 if small else scan.HEAD_LINES,
+                                        tail_lines=50 if small else scan.TAIL_LINES)
             return self.scanner.lines()
         return chronological(iter_lines(stream, self.stats, head), self.stats)
 
@@ -532,7 +536,6 @@ def resolve_times(events: list[Event], mtime: datetime | None) -> list[Event]:
     the time of the last stamped event before it (marked as inferred).  "Before" is in
     line order, not emission order: a multi-line record (a native abort's terminate ...
     what():) is emitted once it ends, after a record that starts below it."""
-    from dataclasses import replace
     by_line = sorted(range(len(events)), key=lambda i: events[i].line)     # stable: emission order within a line
     resolved = _resolve_times([events[i] for i in by_line], mtime)
     out: list = [None] * len(events)
