@@ -131,6 +131,7 @@ def analyze_parsed(parsed: list[ParsedSource], kb_entries=None, walk: Walk | Non
     table = timeline.ProcessTable.learn(current, traffic)
     events = timeline.adopt_crash_dumps([table.resolve(e) for e in events], table)
     current = tuple(e for e in events if not e.attrs.get("earlier_run"))
+    notes = notes + timeline.unrelated_runs(list(current), table)
     facts = tuple(SourceFacts(p.relpath, p.kind, tuple(p.formats), bool(set(p.formats) & TOOL_FORMATS))
                   for p in parsed)
     evidence = Evidence(events=current, processes=table, sources=facts, kb_entries=tuple(kb_entries or ()),

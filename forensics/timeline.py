@@ -502,6 +502,29 @@ def place_uptimes(events_by_source: list[list[Event]]) -> list[list[Event]]:
             for events in events_by_source]
 
 
+def unrelated_runs(events: list[Event], table: "ProcessTable") -> list[str]:
+    """A warning when the inputs seem to hold several unrelated runs: the same rank
+    held by different processes whose lines come from different folders (two crash
+    bundles given together).  Their verdicts would merge; each run should be analysed
+    on its own."""
+    folders: dict[int, dict[int, str]] = {}
+    for info in table.processes():
+        if info.rank is None or info.role not in (None, "worker") or info.pid is None:
+            continue
+        where = next((e.source for e in events if e.pid in info.pids), None)
+        if where is None:
+            continue
+        folder = where.split("!", 1)[0].rsplit("/", 1)[0] if "/" in where else ""
+        folders.setdefault(info.rank, {})[info.pid] = folder
+    clashes = {rank: pids for rank, pids in folders.items() if len(set(pids.values())) > 1}
+    if not clashes:
+        return []
+    rank, pids = min(clashes.items())
+    shown = ", ".join(f"pid {pid} in {folder or '.'}/" for pid, folder in sorted(pids.items()))
+    return [f"these inputs seem to hold {len(set(pids.values()))} unrelated runs (rank {rank} is {shown}): "
+            "their findings are merged here; analyse each run's folder on its own"]
+
+
 def order(events_by_source: list[list[Event]]) -> list[Event]:
     """All events in one order: time, then source position; per-stream order kept."""
     keyed = []

@@ -103,3 +103,11 @@ def test_terminal_fits_80_columns_and_is_plain_without_colour(path):
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "\x1b[" not in text
     assert not re.search("[\u2500-\u257f]", text), "box characters in plain output"
+
+
+def test_two_unrelated_incidents_together_get_a_warning():
+    both = forensics.analyze(REPO / "samples")
+    assert any("unrelated runs" in note for note in both.verdict.notes)
+    assert "unrelated runs" in rendered(both, "terminal")
+    alone = case_of(REPO / "samples" / "gpu_tp4_oob_del_cumemfree")
+    assert not any("unrelated runs" in note for note in alone.verdict.notes)

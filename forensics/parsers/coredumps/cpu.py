@@ -275,7 +275,30 @@ _FAULT_SIGNALS = {4, 7, 8, 11}
 NT_PRSTATUS, NT_PRPSINFO, NT_AUXV = 1, 3, 6
 NT_SIGINFO, NT_FILE = 0x53494749, 0x46494C45
 # x86-64 elf_prstatus: pr_pid @32, pr_reg @112; rip = reg 16, rsp = reg 19.
-_PR_PID, _PR_REG, _RIP, _RSP = 32, 112, 16, 19
+# The core notes' binary layouts read here, declared once with their field names:
+# (offset, struct format) per ELF class.  struct elf_prstatus (the kernel's
+# include/uapi/linux/elfcore.h: pr_info, pr_cursig, ... pr_pid, ... pr_reg) and siginfo_t
+# (si_signo, si_errno, si_code, then a union whose first member is si_pid for a sent
+# signal and si_addr for a fault).  pyelftools declares elf_prpsinfo and NT_FILE itself.
+NOTE_LAYOUTS = {
+    64: {"pr_cursig": (12, "h"), "pr_pid": (32, "i"), "pr_reg": (112, "27Q"),
+         "si_signo": (0, "i"), "si_errno": (4, "i"), "si_code": (8, "i"), "si_pid": (16, "i"), "si_addr": (16, "Q")},
+    32: {"pr_cursig": (12, "h"), "pr_pid": (24, "i"),
+         "si_signo": (0, "i"), "si_errno": (4, "i"), "si_code": (8, "i"), "si_pid": (12, "i"), "si_addr": (12, "I")},
+}
+# x86-64 user_regs_struct: the registers of pr_reg shown for a thread
+_X86_64_REGS = {"rip": 16, "rsp": 19}
+
+
+def note_field(desc: bytes, elfclass: int, little: bool, name: str):
+    """One field of a core note by its declared layout; ValueError when the note is too
+    short to hold it (a cut or corrupt note)."""
+    offset, fmt = NOTE_LAYOUTS[elfclass][name]
+    fmt = ("<" if little else ">") + fmt
+    if offset + struct.calcsize(fmt) > len(desc):
+        raise ValueError(f"{name} needs {offset + struct.calcsize(fmt)} bytes, the note holds {len(desc)}")
+    values = struct.unpack_from(fmt, desc, offset)
+    return values if len(values) > 1 else values[0]
 _AUXV_NAMES = {3: "AT_PHDR", 7: "AT_BASE", 9: "AT_ENTRY", 15: "AT_PLATFORM", 31: "AT_EXECFN"}
 
 # Libraries whose presence and version matter for a GPU inference crash: key -> pattern on
@@ -442,12 +465,17 @@ def _note_into(elf: ElfImage, ntype: int, owner: str, desc: bytes, state: dict, 
         state["thread_count"] += 1
         if len(state["threads"]) >= MAX_THREADS_LISTED:
             return
-        cursig = struct.unpack_from(e + "h", desc, 12)[0]
-        tid = struct.unpack_from(e + "i", desc, _PR_PID if elf.elfclass == 64 else 24)[0]
+        cls, little = elf.elfclass, elf.little
+        cursig = note_field(desc, cls, little, "pr_cursig")
+        tid = note_field(desc, cls, little, "pr_pid")
         rip = rsp = None
-        if elf.elfclass == 64 and elf.header["e_machine"] == "EM_X86_64" and len(desc) >= _PR_REG + 27 * 8:
-            rip = struct.unpack_from(e + "Q", desc, _PR_REG + _RIP * 8)[0]
-            rsp = struct.unpack_from(e + "Q", desc, _PR_REG + _RSP * 8)[0]
+        if cls == 64 and elf.header["e_machine"] == "EM_X86_64" and "pr_reg" in NOTE_LAYOUTS[cls]:
+            try:
+                regs = note_field(desc, cls, little, "pr_reg")
+            except ValueError:
+                regs = None                    # a short prstatus: the thread without registers
+            if regs is not None:
+                rip, rsp = regs[_X86_64_REGS["rip"]], regs[_X86_64_REGS["rsp"]]
         state["threads"].append(CpuThread(tid=tid, signal=cursig, rip=rip, rsp=rsp))
     elif ntype == NT_PRPSINFO:
         layout = elf.structs.Elf_Prpsinfo          # pyelftools' elf_prpsinfo, per class and byte order
@@ -459,12 +487,16 @@ def _note_into(elf: ElfImage, ntype: int, owner: str, desc: bytes, state: dict, 
         state["fname"] = _cstr(info["pr_fname"])
         state["psargs"] = _cstr(info["pr_psargs"]).strip()
     elif ntype == NT_SIGINFO:
-        signo, errno_, code = struct.unpack_from(e + "3i", desc, 0)
+        cls, little = elf.elfclass, elf.little
+        signo, code = note_field(desc, cls, little, "si_signo"), note_field(desc, cls, little, "si_code")
         state["si_signo"], state["si_code"] = signo, code
         if signo in _FAULT_SIGNALS:
-            state["si_addr"] = struct.unpack_from(e + word, desc, 16)[0]
-        elif len(desc) >= 24:
-            state["si_pid"] = struct.unpack_from(e + "i", desc, 16)[0] or None
+            state["si_addr"] = note_field(desc, cls, little, "si_addr")
+        else:
+            try:
+                state["si_pid"] = note_field(desc, cls, little, "si_pid") or None
+            except ValueError:
+                pass
     elif ntype == NT_AUXV:
         for i in range(0, len(desc) - 2 * wsize + 1, 2 * wsize):
             key, value = struct.unpack_from(e + 2 * word, desc, i)
