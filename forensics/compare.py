@@ -59,6 +59,39 @@ class Comparison:
                 out[key] = values
         return out
 
+    def devices(self, run: Run) -> set[str]:
+        """The GPUs that faulted in a run: the Xid lines' PCI address (with the host when
+        the line names one), else the collected GPU serial."""
+        from forensics.events import Kind
+        found = {f"{e.host + ' ' if e.host else ''}{e.attrs['pci']}" for e in run.case.events
+                 if e.kind == Kind.XID and e.attrs.get("pci")}
+        serial = run.case.verdict.environment.get("gpu_serial")
+        return found or ({f"GPU serial {serial}"} if serial and run.signature else set())
+
+    def hardware(self) -> list[str]:
+        """Does the fault follow a device or a kernel?  The same GPU in failing runs with
+        different signatures points at the device; one signature on several GPUs points at
+        the software."""
+        failing = [r for r in self.runs if r.signature]
+        lines = []
+        by_device: dict[str, list[Run]] = {}
+        for run in failing:
+            for device in self.devices(run):
+                by_device.setdefault(device, []).append(run)
+        for device, runs in sorted(by_device.items()):
+            if len(runs) >= 2:
+                signatures = {r.signature for r in runs}
+                lines.append(f"{device} faulted in {len(runs)} runs ({', '.join(r.short for r in runs)})"
+                             + (" with different signatures: the fault follows the device (hardware suspected; "
+                                "dcgmi diag -r 3, nvidia-smi -q -d ECC,ROW_REMAPPER)" if len(signatures) > 1 else
+                                " with the same signature"))
+        for signature, runs in self.groups():
+            devices = set().union(*(self.devices(r) for r in runs)) if signature else set()
+            if signature and len(runs) >= 2 and len(devices) >= 2:
+                lines.append(f"signature {signature} on {len(devices)} different GPUs: the fault follows the "
+                             "kernel, not a device (software)")
+        return lines
+
     def reproduction(self) -> list[str]:
         total = len(self.runs)
         lines = []
@@ -80,6 +113,7 @@ class Comparison:
             "groups": [{"signature": s, "runs": [r.name for r in rs]} for s, rs in self.groups()],
             "environment_differences": self.differing_environment(),
             "reproduction": self.reproduction(),
+            "hardware": self.hardware(),
         }
 
 
@@ -102,7 +136,7 @@ def _markdown(result: Comparison) -> str:
     for run in result.runs:
         lines.append(f"| {md_code(run.short, table=True)} | {group_of[run.name]} | "
                      f"{md_code(run.signature or '-', table=True)} | {md_text(run.parts).replace('|', '/')} |")
-    lines += ["", *[f"- {md_text(line)}" for line in result.reproduction()], ""]
+    lines += ["", *[f"- {md_text(line)}" for line in result.reproduction() + result.hardware()], ""]
     diffs = result.differing_environment()
     if diffs:
         lines += ["#### Environment that differs", "", "| field | " + " | ".join(md_code(r.short, table=True) for r in result.runs) + " |",
@@ -132,7 +166,7 @@ def _terminal(result: Comparison, out: TextIO) -> None:
         table.add_row(Text(plain(run.short)), str(group_of[run.name]),
                       Text((run.signature or "-").replace("forensics.sig/1:", "")), Text(plain(run.parts)))
     console.print(table)
-    for line in result.reproduction():
+    for line in result.reproduction() + result.hardware():
         console.print(Text(plain(line)))
     diffs = result.differing_environment()
     if diffs:

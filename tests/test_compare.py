@@ -164,3 +164,26 @@ def test_cli_errors(tmp_path):
     empty.mkdir()
     result = _invoke(empty)
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+def _xid_run(folder, pci: str, kernel_line: str):
+    folder.mkdir()
+    (folder / "dmesg.txt").write_text(
+        f"[Tue Mar 14 10:00:01 2026] NVRM: Xid (PCI:{pci}): 31, pid=4242, name=python3, Ch 00000008, intr 00000000. "
+        "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_34560000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_WRITE\n")
+    (folder / "server.log").write_text(
+        "(Worker_TP0 pid=4242) ERROR 03-14 10:00:02 [multiproc_executor.py:1] RuntimeError: CUDA error: an illegal "
+        f"memory access was encountered\n(Worker_TP0 pid=4242) ERROR 03-14 10:00:02 [multiproc_executor.py:1] {kernel_line}\n")
+    return str(folder)
+
+
+def test_compare_says_whether_the_fault_follows_the_device_or_the_kernel(tmp_path):
+    from forensics.compare import compare
+    same_gpu = compare([_xid_run(tmp_path / "a", "0000:1b:00", "at step 1"),
+                        _xid_run(tmp_path / "b", "0000:1b:00", "at step 2")])
+    lines = same_gpu.hardware()
+    assert any("0000:1b:00" in line and "2 runs" in line for line in lines)
+    two_gpus = compare([_xid_run(tmp_path / "c", "0000:1b:00", "x"), _xid_run(tmp_path / "d", "0000:3d:00", "x")])
+    assert len({r.signature for r in two_gpus.runs}) == 1
+    assert any("on 2 different GPUs" in line and "software" in line for line in two_gpus.hardware())
+    assert "hardware" in two_gpus.to_dict()
