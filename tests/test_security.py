@@ -717,3 +717,14 @@ def test_links_out_of_the_folder_are_listed_not_followed(tmp_path):
     assert "link.log" in json.dumps(document["sources"]) + run_cli("analyze", bundle, seconds=30).out
     followed = json.loads(run_cli("analyze", bundle, "--format", "json", "--follow-links", seconds=30).out)
     assert followed["verdict"]["error"]["code"] == 700
+
+
+def test_a_pickled_crash_dump_is_named_and_never_loaded(tmp_path):
+    marker = tmp_path / "PWNED"
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "crash_dump_2026-03-14_10-00-02.pkl").write_bytes(pickle.dumps(_Planted(str(marker))))
+    (bundle / "server.log").write_bytes(ERROR_LINE)
+    run = run_cli("analyze", bundle, seconds=30, rss_mb=200)
+    assert found_the_error(run) and "pickle" in run.out and "never loaded" in run.out
+    assert not marker.exists()

@@ -454,6 +454,11 @@ def kind_of(relpath: str, head: bytes) -> tuple[str, tuple[str, ...]]:
     for magic, what in _IMAGES:
         if head.startswith(magic):
             return "unknown", (f"{relpath}: {what}, not a log; skipped",)
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        # SGLang's --crash-dump-folder and other tools write pickles: loading one runs
+        # whatever code it names, so it is never loaded
+        return "unknown", (f"{relpath}: a Python pickle (SGLang's crash dump of the last requests is one); never "
+                           "loaded, since unpickling runs code - inspect it in a sandbox if you trust its origin",)
     from forensics.inputs.reader import detect_encoding
     encoding = detect_encoding(head)
     text = head.decode(encoding, errors="replace") if encoding != "utf-8" else head.decode("utf-8", errors="replace")
