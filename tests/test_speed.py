@@ -85,3 +85,26 @@ def test_json_report_of_a_large_input_stays_small(tmp_path):
     render(build(case), "json", out, Options())
     assert len(out.getvalue()) < 2_000_000
     assert json.loads(out.getvalue())["verdict"]["error"]["code"] == 700
+
+
+def test_parallel_anchor_search_finds_what_the_sequential_scan_finds(tmp_path, monkeypatch):
+    target = realistic.generate(tmp_path / "p", 12 << 20, "dense")
+    monkeypatch.setattr(scan, "PARALLEL_SCAN_BYTES", 1 << 20)
+    monkeypatch.setattr(scan, "BLOCK_BYTES", 1 << 20)       # many ranges and blocks: boundaries get tested
+    offsets = list(scan.parallel_hits(str(target), target.stat().st_size, workers=2))
+    data = target.read_bytes()
+    expected = sorted({i for a in scan.anchors() for i in _all(data, a)})
+    assert offsets == expected
+    parallel = analyze(str(target))
+    monkeypatch.setattr(scan, "PARALLEL_SCAN_BYTES", 1 << 40)
+    sequential = analyze(str(target))
+    assert [(e.line, e.kind, e.message) for e in parallel.events] == \
+        [(e.line, e.kind, e.message) for e in sequential.events]
+    assert _summary(parallel) == _summary(sequential)
+
+
+def _all(data: bytes, needle: bytes):
+    i = data.find(needle)
+    while i >= 0:
+        yield i
+        i = data.find(needle, i + 1)

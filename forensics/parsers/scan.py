@@ -12,6 +12,7 @@ Every other line is counted (``counted_lines``), never silently lost.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from collections import deque
 from typing import BinaryIO, Callable, Iterator
@@ -284,6 +285,53 @@ def _hit_lines(block: bytes) -> list[int]:
             nxt = block.find(b"\n", i)
             i = find(anchor, nxt + 1) if nxt >= 0 else -1
     return sorted(starts)
+
+
+PARALLEL_SCAN_BYTES = 64 << 20   # a plain file past this is searched for anchors on every core
+
+
+def parallel_hits(path: str, size: int, workers: int | None = None) -> Iterator[int] | None:
+    """Byte offsets of every anchor match in a large plain file, found by all local
+    cores at once (each searches a byte range); the Scanner then reads the file once,
+    in order, and only looks at the lines around these offsets.  None when it would not
+    pay (one core, a small file, no automaton, or already inside a worker process)."""
+    import multiprocessing
+    workers = workers or os.cpu_count() or 1
+    if workers < 2 or size < PARALLEL_SCAN_BYTES or _automaton() is None or \
+            multiprocessing.parent_process() is not None:
+        return None
+    from concurrent.futures import ProcessPoolExecutor
+    step = max(BLOCK_BYTES, -(-size // (workers * 4)))
+    ranges = [(path, start, min(start + step, size)) for start in range(0, size, step)]
+    try:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            found = list(pool.map(_range_hits, ranges))
+    except (OSError, RuntimeError):
+        return None                          # no processes here: the Scanner searches itself
+    return (offset for chunk in found for offset in chunk)
+
+
+def _range_hits(task: tuple[str, int, int]) -> list[int]:
+    """Offsets of the anchor matches that start in [start, end) of a file."""
+    path, start, end = task
+    automaton = _automaton()
+    overlap = max(len(a) for a in anchors()) - 1
+    out: list[int] = []
+    with open(path, "rb") as fh:
+        pos = start
+        while pos < end:
+            fh.seek(pos)
+            block = fh.read(min(BLOCK_BYTES, end - pos) + overlap)
+            if not block:
+                break
+            limit = min(BLOCK_BYTES, end - pos)        # matches must start inside this block's own part
+            for last, length in automaton.iter(block.decode("latin-1")):
+                first = last - length + 1
+                if first < limit:
+                    out.append(pos + first)
+            pos += limit
+    out.sort()
+    return out
 
 
 def _last_lines(block: bytes, lo: int, hi: int, n: int) -> list[bytes]:

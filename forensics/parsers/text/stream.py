@@ -253,7 +253,8 @@ class _Run:
             # a file of a large bundle keeps a shorter head and tail: with hundreds of
             # rotated files, 1,200 lines of each would be most of the bundle
             small = known < FAST_PATH_BYTES
-            self.scanner = scan.Scanner(stream, self._busy, head_lines=100 if small else scan.HEAD_LINES,
+            hits = scan.parallel_hits(str(self.source.path), known) if self.source.is_plain_file else None
+            self.scanner = scan.Scanner(stream, self._busy, hits=hits, head_lines=100 if small else scan.HEAD_LINES,
                                         tail_lines=50 if small else scan.TAIL_LINES)
             return self.scanner.lines()
         return chronological(iter_lines(stream, self.stats, head), self.stats)
