@@ -83,10 +83,13 @@ def render(document: dict, out: TextIO, options) -> None:
         console.print(Text(f"signature: {document['signature']}", style="note"))
 
 
-def _row(label: str, *parts) -> Text:
+def _row(label: str, *parts):
     """A labelled line whose continuation lines hang under the text, not the label."""
-    text = Text.assemble((f"{label:<8}", "label"), *parts)
-    return text
+    grid = Table.grid(padding=0)
+    grid.add_column(width=8, no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row(Text(label, style="label"), Text.assemble(*parts))
+    return grid
 
 
 def _verdict_panel(document: dict, plain_output: bool):
