@@ -141,7 +141,17 @@ def find_cuda_error(text: str) -> ErrorMatch | None:
         error = lookup_error(inner.group("text"))
         if error is not None:
             return ErrorMatch(error=error, form="message-text")
+    if "\n" in text and "CUDA error" in text and len(text) < 8192:
+        # a message hard-wrapped mid-word by a paste ("an illegal mem" / "ory access ..."):
+        # lines that continue a word are joined once
+        joined = _WRAPPED_WORD.sub("", text)
+        if joined != text:
+            return find_cuda_error(joined)
     return None
+
+
+# a newline inside a word: a lower-case letter on both sides
+_WRAPPED_WORD = re.compile(r"(?<=[a-z])\n(?=[a-z])")
 
 
 def error_form(form_id: str) -> ErrorForm | None:

@@ -495,3 +495,16 @@ def test_pytest_bare_assert_takes_the_type_from_the_last_location():
                               "E       assert 1 == 2\n\ntests/test_sync.py:20: AssertionError\n")
     assert event.attrs.get("exception_type") == "AssertionError"
     assert event.message == "AssertionError: assert 1 == 2"
+
+
+def test_a_cuda_error_message_hard_wrapped_mid_word_is_joined():
+    # a paste wrapped at a fixed width: the second half has no envelope of its own
+    text = ("web-1  | (RayWorkerWrapper pid=14390) [rank1]:[E614 08:55:36.210783552 ProcessGroupNCCL.cpp:1515] "
+            "[PG 3 Rank 1] Process group watchdog thread terminated with exception: CUDA error: an illeg\n"
+            "al memory access was encountered\n")
+    from tests.helpers import parse_text
+    parsed = parse_text(text)
+    errors = [e for e in parsed.events if e.attrs.get("error_code") == 700 or "illegal memory access" in e.message]
+    assert errors and parsed.unparsed_lines == 0
+    from forensics import knowledge
+    assert knowledge.find_cuda_error("CUDA error: an illegal mem\nory access was encountered").error.code == 700

@@ -146,6 +146,20 @@ def unescape_traceback(text: str) -> list[str]:
     return [piece for piece in body.split("\n") if piece.strip()]
 
 
+@functools.lru_cache(maxsize=None)
+def _message_prefixes() -> frozenset[str]:
+    """Every proper prefix (4 characters or more) of the CUDA error catalogue's messages."""
+    return frozenset(e.message[:n] for e in knowledge.cuda_errors() if e.message
+                     for n in range(4, len(e.message)))
+
+
+def _cut_cuda_message(text: str) -> str | None:
+    """The cut start of a catalogue message that ends ``text`` after "CUDA error: ", or
+    None when the message is whole (or is no catalogue message at all)."""
+    tail = text.rstrip("\r").rpartition("CUDA error: ")[2]
+    return tail if tail in _message_prefixes() else None
+
+
 class _Prefixed(io.RawIOBase):
     """``head`` (bytes already read), then the rest of ``stream``."""
 
@@ -201,6 +215,7 @@ class _Run:
         self.scanner = None
         self.last_error: int | None = None     # the last error line, whose raw continuations may follow
         self.lineno = 0                          # the line being read
+        self.cut_message = None                  # (event index, line, record, text) of a message cut mid-word
         self.block_line = 0                      # the last line an open block took
         self.last_record: dict[tuple, tuple[int, Record]] = {}   # per stream: the last leveled record
 
@@ -308,6 +323,10 @@ class _Run:
             self._count("cuda-gdb")
             return
 
+        if self.cut_message is not None and header is None and key not in self.open:
+            if self._rejoin_cut_message(text):
+                return
+        self.cut_message = None
         if self.last_error is not None and not line.env.wrappers and header is None and \
                 text.strip().startswith(_CONTINUES) and key not in self.open:
             self._continue_error(line, text)
@@ -359,6 +378,7 @@ class _Run:
         if ESCAPED_TB in text:
             self._escaped_traceback(line, rec, text)
         decided = classify.message_kind(text, rec.level) if text else None
+        cut = _cut_cuda_message(text) if text and "CUDA error: " in text else None
         if decided is not None:
             kind, severity, attrs, traffic = decided
             if traffic is not None:
@@ -367,11 +387,15 @@ class _Run:
             out.events.append(self.make.at(line, rec)(kind, text, severity, attrs))
             out.event_lines += 1
             self.last_error = len(out.events) - 1 if severity >= Severity.ERROR else None
+            if cut:
+                self.cut_message = (len(out.events) - 1, line, rec, text)
             return
         level = Severity.from_level(rec.level) if rec.level else None
         if level is not None and level >= Severity.WARNING:
             out.events.append(self.make.at(line, rec)(Kind.LOG, text, level, {}))
             out.event_lines += 1
+            if cut:
+                self.cut_message = (len(out.events) - 1, line, rec, text)
         elif not text.strip() or is_noise(text):
             out.noise_lines += 1
         elif rec.format != "plain":
@@ -396,6 +420,28 @@ class _Run:
         result = block.close(self.make.at(line, rec))
         self.out.events.extend(result.events)
         self.out.problems.extend(result.problems)
+
+    def _rejoin_cut_message(self, text: str) -> bool:
+        """A paste hard-wrapped at a fixed width cut "CUDA error: an illeg" from its
+        "al memory access was encountered" (the wrapped part has no envelope): the two
+        halves are one message, classified again."""
+        index, line, rec, first = self.cut_message
+        self.cut_message = None
+        rest = text.strip()
+        for joined in (first + rest, first + " " + rest):
+            if _cut_cuda_message(joined) is None and knowledge.find_cuda_error(joined) is not None:
+                decided = classify.message_kind(joined, rec.level)
+                if decided is None or decided[3] is not None:
+                    return False
+                kind, severity, attrs, _ = decided
+                self.out.events[index] = self.make.at(line, rec)(kind, joined, severity,
+                                                                 {**attrs, "rejoined_line": True})
+                self.out.event_lines += 1
+                self._count("continuation")
+                if severity >= Severity.ERROR:
+                    self.last_error = index
+                return True
+        return False
 
     def _continue_error(self, line: Line, text: str) -> None:
         """A raw line continuing the last error line's message (c10's advice lines,
