@@ -365,3 +365,18 @@ def test_xml_warp_assert_names_the_launched_kernel_real():
     parsed = parse_xml(GPU / "device_assert/compute-sanitizer_memcheck.xml")
     (warp,) = [e for e in parsed.events if e.attrs.get("pc_offset") == "0x19a0"]
     assert warp.attrs["kernel"] == "validate_token_ids_kernel"
+
+
+def test_a_fragment_of_sanitizer_api_errors_alone_is_a_failure():
+    """Only compute-sanitizer's view of the program's failing call (a paste cut before
+    the program's own traceback): the error, where it surfaced, and a failure."""
+    from tests.helpers import analyze_text
+    text = ("=========         Host Frame: _start [0xb2e5] in python3.12\n"
+            "========= \n"
+            '========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" on CUDA '
+            "API call to cudaDeviceSynchronize.\n"
+            "=========     Saved host backtrace up to driver entry point at error\n"
+            "=========         Host Frame: c10::cuda::device_synchronize() [0x2e1a4] in libc10_cuda.so\n")
+    v = analyze_text(text).verdict
+    assert v.failed and v.error.code == 719
+    assert "cudaDeviceSynchronize" in v.first_failure.basis + v.first_failure.what

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from forensics import knowledge
-from forensics.events import RELAY, Event, Frame, Kind
+from forensics.events import RELAY, Event, Frame, Kind, Severity
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.verdict import ErrorInfo, Surface, who
 
@@ -17,6 +17,13 @@ def reported(event: Event) -> knowledge.CudaError | None:
     if err is None or event.attrs.get("error_form") in _NO_CODE_FORMS:
         return None
     return err
+
+
+def tool_reported_errors(evidence: Evidence) -> list[Event]:
+    """CUDA errors a debugging tool saw a host API call return (compute-sanitizer's
+    API-error reports), for inputs that hold nothing from the program itself."""
+    return [e for e in evidence.of_kind(Kind.SANITIZER) if e.attrs.get("api") and reported(e) is not None
+            and e.severity >= Severity.ERROR and not e.attrs.get("earlier_run")]
 
 
 class ReportedError(Rule):
@@ -36,6 +43,10 @@ class ReportedError(Rule):
         own = [e for e in evidence.of_kind(Kind.CUDA_ERROR, Kind.OOM, Kind.FATAL_SIGNAL, Kind.NCCL, Kind.COLLECTIVE_TIMEOUT)
                if reported(e) is not None and not e.attrs.get("earlier_run")]
         relayed = [e for e in evidence.events if e.kind in RELAY and reported(e) is not None]
+        if not own and not relayed:
+            # only a tool saw it: compute-sanitizer's "Program hit <error> ... on CUDA API
+            # call to <api>" is the program's own call failing, seen from outside
+            own = tool_reported_errors(evidence)
         if not own and not relayed:
             asserts = evidence.of_kind(Kind.DEVICE_ASSERT)
             verdict.explain("No CUDA error is reported anywhere in the inputs"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from forensics import knowledge
 from forensics.events import OWN_FAILURE, RELAY, Event, Kind, clip, freeze
 from forensics.rules.base import Evidence, Rule, VerdictView
+from forensics.rules.errors import reported, tool_reported_errors
 from forensics.timeline import ProcessInfo
 from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status, rank_list, ranks_phrase
 
@@ -292,6 +293,10 @@ class FirstFailureRule(Rule):
             return
         candidates = [Candidate(e, e.pid, e.rank, describe(e)) for e in own]
         candidates += [Candidate(e, pid, rank, words) for e, pid, rank, words in _deaths(evidence)]
+        if not candidates:
+            candidates = [Candidate(e, e.pid, e.rank, f"{e.attrs['api']} returned {reported(e).name} "
+                                                      "(seen by compute-sanitizer)")
+                          for e in tool_reported_errors(evidence)]
         if not candidates:
             relays = [e for e in evidence.events if e.kind in RELAY and not e.attrs.get("earlier_run")
                       and not (e.kind == Kind.HTTP and (e.attrs.get("status") or 0) < 500)]
