@@ -436,3 +436,12 @@ def test_a_clean_shutdown_of_a_healthy_server_is_no_failure(shared_case):
     assert truth["injection"]["kind"] == "none"
     assert not case.verdict.failed
     assert case.verdict.signature is None
+
+
+def test_a_watchdog_abort_alone_quoting_the_timeout_is_a_hang():
+    text = ("terminate called after throwing an instance of 'c10::DistBackendError'\n"
+            "  what():  [PG 0 (default_pg) Rank 2] Process group watchdog thread terminated with exception: [Rank 2] "
+            "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5512, OpType=ALLREDUCE, NumelIn=1024, "
+            "NumelOut=1024, Timeout(ms)=1800000) ran for 1800092 milliseconds before timing out.\n")
+    v = analyze_text(text).verdict
+    assert v.failed and v.failure_kind.value == "nccl-timeout"

@@ -88,11 +88,28 @@ class CrashBlock:
             crash = grammar.transforming("native_crash", _ToCrash()).parse(text)
         except (LarkError, ValueError, TypeError):
             return unparsable(self.linenos, self.lines, "a native crash report")
-        return BlockResult([crash_event(crash, make)], [n for n, _ in pairs] + blank)
+        events = [crash_event(crash, make)]
+        timeout = _timeout_in_what(crash, make)
+        if timeout is not None:
+            events.insert(0, timeout)
+        return BlockResult(events, [n for n, _ in pairs] + blank)
 
 
 def start(text: str, header: tuple | None = None) -> CrashBlock | None:
     return CrashBlock() if START.match(text) else None
+
+
+def _timeout_in_what(crash: dict, make):
+    """The collective timeout a watchdog abort quotes in its what() line ("Watchdog
+    caught collective operation timeout: WorkNCCL(SeqNum=..., OpType=...)"): an event of
+    its own, so that a log holding only the abort still shows the hang."""
+    from forensics.parsers.text import classify       # the message catalogue's classifier
+    what = crash.get("what") or ""
+    decided = classify.message_kind(what, "ERROR") if what else None
+    if decided is None or decided[0] != Kind.COLLECTIVE_TIMEOUT:
+        return None
+    kind, severity, attrs, _ = decided
+    return make(kind, what, severity, {**attrs, "quoted_by": "terminate"})
 
 
 def crash_event(crash: dict, make):
