@@ -358,3 +358,13 @@ def test_a_line_without_a_stamp_takes_the_last_time_as_a_lower_bound():
     assert raw.kind == Kind.CUDA_ERROR and "stamp" not in raw.attrs
     assert raw.time == first.time and raw.time_inferred
     assert raw.attrs["not_after"] == later.time
+
+
+def test_absl_crash_report_through_rays_cpp_logging_is_a_fatal_signal():
+    text = ("(RayWorkerWrapper pid=9931, ip=10.60.3.18) [2025-05-14 05:51:47,217 E 9931 10402] logging.cc:484: "
+            "*** SIGSEGV received at time=1747201913 on cpu 61 ***\n"
+            "(RayWorkerWrapper pid=9931, ip=10.60.3.18) [2025-05-14 05:51:47,217 E 9931 10402] logging.cc:484: "
+            "PC: @     0x7f310caf5b8a  (unknown)  addProxyOpIfNeeded()\n")
+    parsed = parse_text(text)
+    (crash,) = [e for e in parsed.events if e.kind == Kind.FATAL_SIGNAL]
+    assert crash.pid == 9931 and "SIGSEGV" in crash.message
