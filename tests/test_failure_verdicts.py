@@ -445,3 +445,12 @@ def test_a_watchdog_abort_alone_quoting_the_timeout_is_a_hang():
             "NumelOut=1024, Timeout(ms)=1800000) ran for 1800092 milliseconds before timing out.\n")
     v = analyze_text(text).verdict
     assert v.failed and v.failure_kind.value == "nccl-timeout"
+
+
+def test_a_kernel_log_alone_with_a_gpu_that_fell_off_the_bus_is_a_failure():
+    text = ("[Thu Oct 23 11:52:07 2025] NVRM: Xid (PCI:0000:9d:00): 79, GPU has fallen off the bus.\n"
+            "[Thu Oct 23 11:52:09 2025] NVRM: Xid (PCI:0000:9d:00): 154, GPU recovery action changed from 0x0 "
+            "(None) to 0x2 (Node Reboot Required)\n")
+    v = analyze_text(text).verdict
+    assert v.failed and "Xid 79" in v.headline
+    assert v.hardware.opinion == "hardware"

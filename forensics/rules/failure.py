@@ -56,6 +56,7 @@ def _first_timeout_event(evidence: Evidence) -> Event | None:
 
 def _own_failures(evidence: Evidence) -> list[Event]:
     out = []
+    unowned_gpu_faults = []
     first_timeout = _first_timeout_event(evidence)
     for event in evidence.events:
         if event.attrs.get("earlier_run"):
@@ -67,6 +68,8 @@ def _own_failures(evidence: Evidence) -> list[Event]:
                 # GPU it names is known to be a rank's (NCCL's busId, nvidia-smi)
                 hardware = entry.get("lean") == "hardware" and (event.rank is not None or event.pid is not None)
                 if not entry.get("app_fault") and not hardware:
+                    if entry.get("lean") in ("hardware", "driver"):
+                        unowned_gpu_faults.append(event)
                     continue
             if event.kind == Kind.SANITIZER and event.attrs.get("report") in ("summary", "leak", "api_error", "other"):
                 continue
@@ -76,7 +79,9 @@ def _own_failures(evidence: Evidence) -> list[Event]:
             if event.kind == Kind.EXCEPTION and event.role in ("api-server", "launcher"):
                 continue
             out.append(event)
-    return out
+    # a kernel log alone (or beside logs that show nothing failing): a GPU that fell off
+    # the bus or asks for a reset is the failure, whoever used it
+    return out or unowned_gpu_faults[:1]
 
 
 def _deaths(evidence: Evidence) -> list[tuple[Event, int | None, int | None, str]]:
