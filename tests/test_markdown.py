@@ -263,3 +263,12 @@ def test_no_redact_keeps_the_logs_words():
     text = markdown(PLANTED, redact=False)
     assert "/home/alice/" in text
     assert "_Redaction: off._" in text and "_Redacted before sharing" not in text
+
+
+def test_the_same_report_from_several_ranks_is_shown_once():
+    import forensics
+    from pathlib import Path
+    case = forensics.analyze(Path(__file__).resolve().parents[1] / "samples" / "gpu_tp4_oob_del_cumemfree")
+    text = case.report("markdown")
+    assert text.count("Connection closed by peer") == 1
+    assert "rank 0\\: collateral, rank 1\\: collateral, rank 3\\: collateral" in text

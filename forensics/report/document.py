@@ -8,6 +8,7 @@ its own timeline or splits strings the rules built.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -163,7 +164,25 @@ def evidence_excerpts(case: "Case") -> list[dict]:
         if r.first_error_source and r.status.value in ("collateral", "unknown", "surfaced", "failed"):
             add(f"{'rank ' + str(r.rank) if r.rank is not None else (r.name or r.role)}: {r.status.value}",
                 r.first_error_source)
-    return [{"label": label, "source": e.where, "text": excerpt(e)} for label, e in wanted[:24]]
+    # the same report from several processes (every collateral rank's "Connection closed
+    # by peer") is shown once, under all their labels
+    out: list[dict] = []
+    by_shape: dict[str, dict] = {}
+    for label, event in wanted:
+        text = excerpt(event)
+        shape = _DIGITS.sub("0", text)
+        if shape in by_shape and not label.startswith(("origin", "surface")):
+            merged = by_shape[shape]
+            merged["label"] += f", {label}"
+            merged.setdefault("also", []).append(event.where)
+            continue
+        entry = {"label": label, "source": event.where, "text": text}
+        by_shape.setdefault(shape, entry)
+        out.append(entry)
+    return out[:24]
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def excerpt(event: Event) -> str:
