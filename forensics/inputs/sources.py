@@ -327,11 +327,13 @@ def _rel(path: Path, root: Path) -> str:
     return display_name(rel or ".")
 
 
-class _Stdin(io.RawIOBase):
-    """stdin streamed: the sniffed head first, then the rest as it comes."""
+class Prefixed(io.RawIOBase):
+    """Bytes already read (``head``: a sniffed head, a held prefix), then the rest of
+    ``rest`` (None: nothing more); ``error``, when given, is raised once the head is
+    used up - a read error that cut the prefix short, reported after what came before."""
 
-    def __init__(self, head: bytes, rest: BinaryIO) -> None:
-        self._head, self._rest = head, rest
+    def __init__(self, head: bytes, rest: BinaryIO | None, error: Exception | None = None) -> None:
+        self._head, self._rest, self._error = memoryview(head), rest, error
 
     def readable(self) -> bool:
         return True
@@ -342,6 +344,11 @@ class _Stdin(io.RawIOBase):
             buffer[:n] = self._head[:n]
             self._head = self._head[n:]
             return n
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        if self._rest is None:
+            return 0
         data = self._rest.read(len(buffer))
         buffer[:len(data)] = data
         return len(data)
@@ -361,7 +368,7 @@ def stdin_source(stream: BinaryIO | None = None) -> Source:
         if used["done"]:
             raise OSError("stdin can be read only once")
         used["done"] = True
-        return io.BufferedReader(_Stdin(head, raw), buffer_size=1 << 20)
+        return io.BufferedReader(Prefixed(head, raw), buffer_size=1 << 20)
 
     source = classify(STDIN_NAME, None, head, size=None, mtime=None, opener=opener)
     return source

@@ -22,7 +22,7 @@ from forensics import knowledge
 from forensics.events import OWN_FAILURE, Event, Kind, Severity, clip, freeze
 from forensics.inputs.normalise import Line, Normaliser
 from forensics.inputs.reader import READ_ERRORS, ReadStats, chronological, detect_encoding, iter_lines
-from forensics.inputs.sources import SNIFF_BYTES, Source
+from forensics.inputs.sources import SNIFF_BYTES, Prefixed, Source
 from forensics.parsers import registry, scan
 from forensics.parsers.base import ParsedSource, Traffic, dominant_kind
 from forensics.parsers.sanitizer.text import SanitizerAssembler, is_sanitizer_line
@@ -160,36 +160,6 @@ def _cut_cuda_message(text: str) -> str | None:
     return tail if tail in _message_prefixes() else None
 
 
-class _Prefixed(io.RawIOBase):
-    """``head`` (bytes already read), then the rest of ``stream``."""
-
-    def __init__(self, head: bytes, stream, error: Exception | None = None) -> None:
-        self._head, self._stream, self._error = memoryview(head), stream, error
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        if self._head:
-            n = min(len(buffer), len(self._head))
-            buffer[:n] = self._head[:n]
-            self._head = self._head[n:]
-            return n
-        if self._error is not None:
-            error, self._error = self._error, None
-            raise error
-        if self._stream is None:
-            return 0
-        data = self._stream.read(len(buffer))
-        buffer[:len(data)] = data
-        return len(data)
-
-    def read(self, size: int = -1) -> bytes:
-        if size is None or size < 0:
-            return bytes(self._head) + (self._stream.read() if self._stream is not None else b"")
-        return super().read(size)
-
-
 class TextParser:
     """Parses one text source; never raises on content (a bad line is counted)."""
 
@@ -261,9 +231,9 @@ class _Run:
             # size decides, so the first FAST_PATH_BYTES are held to find out
             held, rest, error = self._hold(stream)
             if rest is not None:
-                stream, known = _Prefixed(held, rest), FAST_PATH_BYTES
+                stream, known = Prefixed(held, rest), FAST_PATH_BYTES
             else:
-                stream, known = io.BufferedReader(_Prefixed(held, None, error), buffer_size=1 << 16), len(held)
+                stream, known = io.BufferedReader(Prefixed(held, None, error), buffer_size=1 << 16), len(held)
         if known >= FAST_PATH_BYTES or self.source.in_bulk:
             # a file of a large bundle keeps a shorter head and tail: with hundreds of
             # rotated files, 1,200 lines of each would be most of the bundle
