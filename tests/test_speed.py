@@ -89,6 +89,7 @@ def test_json_report_of_a_large_input_stays_small(tmp_path):
 
 def test_parallel_anchor_search_finds_what_the_sequential_scan_finds(tmp_path, monkeypatch):
     target = realistic.generate(tmp_path / "p", 12 << 20, "dense")
+    monkeypatch.setattr(scan, "_hyperscan", lambda: None)    # the ranges pay for the Python matchers only
     monkeypatch.setattr(scan, "PARALLEL_SCAN_BYTES", 1 << 20)
     monkeypatch.setattr(scan, "BLOCK_BYTES", 1 << 20)       # many ranges and blocks: boundaries get tested
     offsets = list(scan.parallel_hits(str(target), target.stat().st_size, workers=2))
@@ -110,3 +111,106 @@ def _all(data: bytes, needle: bytes):
     while i >= 0:
         yield i
         i = data.find(needle, i + 1)
+
+
+def _matchers():
+    """Every matcher this machine can run: Hyperscan and Aho-Corasick when installed, and
+    the bytes.find fallback always."""
+    found = ["bytes.find"]
+    if scan._automaton() is not None:
+        found.append("pyahocorasick")
+    if scan._hyperscan() is not None:
+        found.append("hyperscan")
+    return found
+
+
+@pytest.mark.parametrize("matcher", _matchers())
+def test_every_matcher_finds_the_same_hit_lines(matcher, monkeypatch):
+    anchors = scan.anchors()
+    lines = [b"ordinary traffic line %d" % i for i in range(50)]
+    lines[3] = anchors[0] + b" at the very start"
+    lines[10] = b"two anchors " + anchors[1] + b" and " + anchors[-1] + b" on one line"
+    lines[20] = b"x" * 300 + anchors[len(anchors) // 2]
+    lines[49] = b"the last line without its newline " + anchors[2]
+    block = b"\n".join(lines)
+    expected = [block.index(lines[i]) for i in (3, 10, 20, 49)]
+    if matcher != "hyperscan":
+        monkeypatch.setattr(scan, "_hyperscan", lambda: None)
+    if matcher == "bytes.find":
+        monkeypatch.setattr(scan, "_automaton", lambda: None)
+    assert scan.scanner_name() == matcher
+    assert scan._hit_lines(block) == expected
+    # a range's limit: only matches that start before it count
+    assert scan._hit_lines(block, limit=expected[2]) == expected[:2]
+
+
+def test_templates_mask_what_varies_and_keep_the_words():
+    a = scan.template_of(b"(APIServer pid=812) ERROR 11-04 10:00:01 [serving.py:88] Error in request "
+                         b"chatcmpl-9xQbTzKpLm3: prompt too long (4097 > 4096) at 0x7f3a2b1c")
+    b = scan.template_of(b"(APIServer pid=812) ERROR 11-04 10:07:59 [serving.py:88] Error in request "
+                         b"chatcmpl-AbCdEfGhIjKl: prompt too long (8001 > 4096) at 0x7f00aa00")
+    c = scan.template_of(b"(APIServer pid=812) ERROR 11-04 10:07:59 [serving.py:88] Error in request "
+                         b"chatcmpl-AbCdEfGhIjKl: CUDA error: an illegal memory access was encountered")
+    assert a == b
+    assert a != c
+    assert b"Error in request" in a and b"prompt too long" in a
+    assert b"chatcmpl" not in a and b"4097" not in a
+
+
+def test_a_storm_of_errors_with_unique_request_ids_is_counted(tmp_path, monkeypatch, crash_alone):
+    """Per-request errors each carrying its own id: the digit-free text differs on every
+    line, the word template does not - the storm collapses all the same."""
+    import random
+    import string
+    rng = random.Random(3)
+    target = tmp_path / "console.log"
+    n = 30_000
+    with open(target, "w", encoding="utf-8") as fh:
+        for i in range(n):
+            rid = "".join(rng.choice(string.ascii_letters) for _ in range(16))
+            fh.write(f"(APIServer pid=812) ERROR 11-04 10:{i // 600 % 60:02d}:{i // 10 % 60:02d} [serving_chat.py:211] "
+                     f"Error in chat completion for request chatcmpl-{rid}: the client closed the stream\n")
+        fh.write(realistic.SOURCE.read_text(encoding="utf-8"))
+    monkeypatch.setattr(stream, "FAST_PATH_BYTES", 1 << 20)
+    case = analyze(str(target))
+    source = case.sources[0].to_json()
+    assert source["events"] < 1_000, source
+    assert source["counted_lines"] >= n - scan.REPEAT_CAP - 1
+    assert _summary(case) == crash_alone
+
+
+def test_gzip_is_read_the_same_with_and_without_isal(tmp_path, monkeypatch):
+    target = realistic.generate(tmp_path / "g", 12 << 20, "gzip")
+    with_isal = analyze(str(target))
+    _without_isal(monkeypatch)
+    from forensics.inputs import sources
+    assert sources.gzip_reader_name() == "zlib"
+    without = analyze(str(target))
+    assert _summary(with_isal) == _summary(without)
+    assert [s.to_json() for s in with_isal.sources] == [s.to_json() for s in without.sources]
+
+
+def _without_isal(monkeypatch):
+    import builtins
+    real_import = builtins.__import__
+
+    def no_isal(name, *args, **kwargs):
+        if name.startswith("isal"):
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_isal)
+
+
+@pytest.mark.parametrize("reader", ["best", "zlib"])
+def test_a_corrupt_gzip_is_read_up_to_the_damage_whichever_decompressor_reads_it(tmp_path, monkeypatch, reader):
+    target = realistic.generate(tmp_path / "g", 12 << 20, "gzip")
+    data = target.read_bytes()
+    cut = len(data) * 3 // 4
+    target.write_bytes(data[:cut] + b"\xff\x00garbage" * 64 + data[cut:])
+    if reader == "zlib":
+        _without_isal(monkeypatch)
+    case = analyze(str(target))
+    source = case.sources[0]
+    assert source.lines > 10_000                      # what came before the damage was read
+    assert any("read stopped" in p for p in source.problems), source.problems

@@ -116,10 +116,14 @@ class Capped(io.RawIOBase):
                 return 0
         if self._head:
             data, self._head = self._head[:want], self._head[want:]
+            n = len(data)
+            buffer[:n] = data
+        elif hasattr(self._inner, "readinto"):
+            n = self._inner.readinto(memoryview(buffer)[:want]) or 0   # no copy through a new bytes
         else:
             data = self._inner.read(want)
-        n = len(data)
-        buffer[:n] = data
+            n = len(data)
+            buffer[:n] = data
         self.seen += n
         if self._hard and self.seen > self._limit:
             raise InputLimitError(f"{self._what} expands past {self._limit:,} bytes; the rest is not read")
@@ -130,6 +134,24 @@ class Capped(io.RawIOBase):
             self._inner.close()
         finally:
             super().close()
+
+
+def gzip_reader_name() -> str:
+    try:
+        import isal  # noqa: F401
+        return "ISA-L (isal)"
+    except ImportError:
+        return "zlib"
+
+
+def _gzip_decompressobj():
+    """A gzip decompressor: ISA-L's (the ``isal`` package, 3-4x faster than zlib, the same
+    interface) when installed, else zlib's."""
+    try:
+        from isal import isal_zlib
+        return isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS)
+    except ImportError:
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
 
 
 class _Decompressor(io.RawIOBase):
@@ -147,7 +169,7 @@ class _Decompressor(io.RawIOBase):
 
     def _new(self):
         if self._method == "gzip":
-            return zlib.decompressobj(16 + zlib.MAX_WBITS)
+            return _gzip_decompressobj()
         if self._method == "bzip2":
             return bz2.BZ2Decompressor()
         return lzma.LZMADecompressor()
@@ -174,7 +196,12 @@ class _Decompressor(io.RawIOBase):
                     continue
                 self._dec = self._new()           # another member follows (rotated logs)
             data, self._input = self._input, b""
-            out = self._dec.decompress(data, len(buffer))
+            try:
+                out = self._dec.decompress(data, len(buffer))
+            except Exception as exc:   # ISA-L's error is not zlib.error: one kind for the readers
+                if isinstance(exc, (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError)):
+                    raise
+                raise zlib.error(f"{self._what}: {exc}") from exc
             if self._dec.eof:
                 # zlib keeps the bytes after the end in both unused_data and unconsumed_tail
                 self._input = self._dec.unused_data

@@ -1,19 +1,21 @@
 """The fast path for large text inputs: find the lines worth parsing without looking at
 every line in Python.
 
-A large log is read in multi-megabyte blocks; each block is searched with C-speed
-``bytes.find`` for the prefilter's anchor literals (forensics/data/prefilter.toml: the
-message catalogue's triggers, error levels, block starts).  Only the lines that hold an
-anchor - plus a window of lines before and after each, the lines of any block still open
-(a traceback's frames carry no anchor) and the file's last lines - reach the grammars.
-Every other line is counted (``counted_lines``), never silently lost.
+A large log is read in multi-megabyte blocks; each block is searched in one compiled
+pass for the prefilter's anchor literals (forensics/data/prefilter.toml: the message
+catalogue's triggers, error levels, block starts) - by Hyperscan when installed (several
+GB/s per core), else by an Aho-Corasick automaton, else by ``bytes.find``.  Only the lines
+that hold an anchor - plus a window of lines before and after each, the lines of any
+block still open (a traceback's frames carry no anchor) and the file's first and last
+lines - reach the grammars.  A hit line whose template (``template_of``) repeated more
+than REPEAT_CAP times is counted, not parsed: an error storm costs a dictionary lookup a
+line.  Every other line is counted (``counted_lines``), never silently lost.
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import re
 from array import array
 from collections import deque
 from typing import BinaryIO, Callable, Iterator
@@ -28,24 +30,7 @@ TAIL_LINES = 200            # the last lines of a file: how it ended
 HEAD_LINES = 1000           # the first lines of a file: start-up (versions, config, ranks)
 REPEAT_CAP = 200            # hit lines of one template parsed before the rest are counted
 MAX_TEMPLATES = 100_000     # templates tracked (memory stays bounded on all-distinct lines)
-_DIGITS = re.compile(rb"\d+")
 MAX_LINE = 1 << 20
-
-
-@functools.lru_cache(maxsize=None)
-def keep_memory_flat() -> None:
-    """Make glibc serve the multi-megabyte block buffers from mmap, always.
-
-    glibc raises its mmap threshold after the first large buffer is freed, so the
-    following 8 MB blocks come from the heap, which fragments: peak RSS then grows with
-    the number of blocks (measured: +30% from 100 MB to 1 GB).  A fixed threshold keeps it
-    flat.  Anything but glibc: nothing to do."""
-    try:
-        import ctypes
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 20)      # M_MMAP_THRESHOLD = 1 MiB (fixed: no dynamic raise)
-    except (OSError, AttributeError):
-        pass
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,6 +51,22 @@ def anchors() -> tuple[bytes, ...]:
     return tuple(w.encode() for w in kept)
 
 
+_PUNCTUATION = b"()[]{}<>\"'.,:;!?=|"
+
+
+def template_of(raw: bytes) -> bytes:
+    """What stays the same across the repeats of one message: its words, with every
+    token that varies masked - numbers, times, request ids (``chatcmpl-9xQ...``), hashes,
+    addresses, paths with numbers in them.  A token is kept when it is a plain word
+    (lower case, Title case or UPPER case letters, at most 24 of them)."""
+    out = []
+    for token in raw[:512].split():
+        word = token.strip(_PUNCTUATION)
+        keep = word.isalpha() and len(word) <= 24 and (word.islower() or word.isupper() or word.istitle())
+        out.append(token if keep else b"*")
+    return b" ".join(out)
+
+
 class Scanner:
     """Yields (line number, text) of the lines to parse; counts the others.
 
@@ -82,9 +83,9 @@ class Scanner:
         self.problems: list[str] = []
         self.repeated = 0
         self._templates: dict[bytes, int] = {}
+        self._quick: dict[bytes, bytes] = {}
         self._last: dict[bytes, tuple[int, bytes]] = {}
         self._hits = hits
-        keep_memory_flat()
         self._next_hit: int | None = None
         self._base = 0              # absolute offset of the current block
 
@@ -151,11 +152,10 @@ class Scanner:
                     if self._repeats(block, start, cursor_line + 1):
                         # an error storm: this line and the lines before it are counted,
                         # even inside an open block (its other lines repeat too)
-                        end = block.index(b"\n", start)
-                        count = block.count(b"\n", pos, end + 1)
-                        lineno += count
-                        self.counted += count
-                        pos = end + 1
+                        cursor_line += 1
+                        cursor = pos = block.index(b"\n", start) + 1
+                        self.counted += cursor_line - lineno
+                        lineno = cursor_line
                         continue
                 while pos < start and (after > 0 or self.busy()):
                     end = block.index(b"\n", pos)
@@ -202,12 +202,19 @@ class Scanner:
                                  f"{REPEAT_CAP} and the last of each were)")
 
     def _repeats(self, block: bytes, start: int, number: int) -> bool:
-        """Whether the hit line at ``start`` repeats a template (its text with numbers
-        masked) seen more than REPEAT_CAP times: an error storm (the same per-request
-        error a million times) is counted, and only its first and last lines parsed."""
+        """Whether the hit line at ``start`` repeats a template (``template_of``) seen more
+        than REPEAT_CAP times: an error storm (the same per-request error a million
+        times) is counted, and only its first and last lines parsed."""
         end = block.find(b"\n", start, start + 4096)
         raw = block[start:end if end >= 0 else start + 4096]
-        template = _DIGITS.sub(b"0", raw[:512])
+        # the exact text without its digits first (C speed: a storm repeats it), the
+        # word template when that is new (a request id, a hash, a pointer differ per line)
+        quick = raw[:512].translate(None, b"0123456789")
+        template = self._quick.get(quick)
+        if template is None:
+            template = template_of(raw)
+            if len(self._quick) < MAX_TEMPLATES:
+                self._quick[quick] = template
         seen = self._templates.get(template, 0) + 1
         if seen <= REPEAT_CAP:
             if len(self._templates) < MAX_TEMPLATES:
@@ -246,6 +253,22 @@ class Scanner:
 
 
 @functools.lru_cache(maxsize=None)
+def _hyperscan():
+    """The anchors compiled for Hyperscan (the ``hyperscan`` package), or None when it is
+    not installed or this CPU cannot run it: one pass over a block at several GB/s per
+    core.  Compiled here, in memory, each run - never loaded from a file."""
+    try:
+        import hyperscan
+        words = anchors()
+        database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
+        database.compile(expressions=list(words), ids=list(range(len(words))), elements=len(words),
+                         flags=[0] * len(words), literal=True)
+    except Exception:  # noqa: BLE001 - ImportError, or hyperscan.error on a CPU without SSSE3
+        return None
+    return database
+
+
+@functools.lru_cache(maxsize=None)
 def _automaton():
     """An Aho-Corasick automaton over the anchors (pyahocorasick), or None when the
     package is not installed: one pass over a block finds every anchor, where
@@ -262,29 +285,46 @@ def _automaton():
     return automaton
 
 
-def _hit_lines(block: bytes) -> list[int]:
-    """Start offsets of the lines in ``block`` that hold an anchor, in order."""
+def scanner_name() -> str:
+    """Which multi-pattern matcher the fast path uses here (the benchmark prints it)."""
+    return "hyperscan" if _hyperscan() is not None else "pyahocorasick" if _automaton() is not None else "bytes.find"
+
+
+def _matches(block: bytes) -> Iterator[tuple[int, int]]:
+    """(first byte, end) of anchor matches in ``block``, in order of their end, with the
+    best matcher installed: Hyperscan, else Aho-Corasick, else one ``bytes.find`` pass
+    per anchor."""
+    database = _hyperscan()
+    if database is not None:
+        found: list[tuple[int, int]] = []
+        lengths = [len(a) for a in anchors()]
+        database.scan(block, match_event_handler=lambda i, _f, to, _fl, _c: found.append((to - lengths[i], to)))
+        return iter(found)
     automaton = _automaton()
-    starts = set()
     if automaton is not None:
-        line_end = -1
-        rfind = block.rfind
-        for end, length in automaton.iter(block.decode("latin-1")):
-            if end <= line_end:
-                continue                          # this line is already a hit
-            start = rfind(b"\n", 0, end - length + 1) + 1
-            starts.add(start)
-            nxt = block.find(b"\n", end)
-            line_end = nxt if nxt >= 0 else len(block)
-        return sorted(starts)
+        return ((end - length + 1, end + 1) for end, length in automaton.iter(block.decode("latin-1")))
+    pairs = []
     for anchor in anchors():
-        find = block.find
-        i = find(anchor)
+        i = block.find(anchor)
         while i >= 0:
-            start = block.rfind(b"\n", 0, i) + 1
-            starts.add(start)
-            nxt = block.find(b"\n", i)
-            i = find(anchor, nxt + 1) if nxt >= 0 else -1
+            pairs.append((i, i + len(anchor)))
+            i = block.find(anchor, i + 1)
+    return iter(sorted(pairs, key=lambda p: p[1]))
+
+
+def _hit_lines(block: bytes, limit: int | None = None) -> list[int]:
+    """Start offsets of the lines in ``block`` that hold an anchor beginning before
+    ``limit`` (default: anywhere), in order; one per line."""
+    starts = set()
+    line_end = -1
+    rfind, find = block.rfind, block.find
+    limit = len(block) if limit is None else limit
+    for first, end in _matches(block):
+        if end <= line_end or first >= limit:
+            continue                          # this line is already a hit / past the range
+        starts.add(rfind(b"\n", 0, first) + 1)
+        nxt = find(b"\n", end)
+        line_end = nxt if nxt >= 0 else len(block)
     return sorted(starts)
 
 
@@ -295,10 +335,14 @@ def parallel_hits(path: str, size: int, workers: int | None = None) -> Iterator[
     """Byte offsets of every anchor match in a large plain file, found by all local
     cores at once (each searches a byte range); the Scanner then reads the file once,
     in order, and only looks at the lines around these offsets.  None when it would not
-    pay (one core, a small file, no automaton, or already inside a worker process)."""
+    pay (one core, a small file, Hyperscan or no automaton, already inside a worker)."""
     import multiprocessing
     workers = workers or os.cpu_count() or 1
-    if workers < 2 or size < PARALLEL_SCAN_BYTES or _automaton() is None or \
+    # Hyperscan searches a GB in about 0.35 s on one core, less than the Scanner's own
+    # pass over the bytes: splitting its search across processes saved nothing (1 GB on 2
+    # cores: 1.94 s parallel, 2.02 s not).  The Python matchers are 5-10x slower: for
+    # them the ranges pay.
+    if workers < 2 or size < PARALLEL_SCAN_BYTES or _hyperscan() is not None or _automaton() is None or \
             multiprocessing.parent_process() is not None:
         return None
     from concurrent.futures import ProcessPoolExecutor
@@ -313,10 +357,9 @@ def parallel_hits(path: str, size: int, workers: int | None = None) -> Iterator[
 
 
 def _range_hits(task: tuple[str, int, int]) -> "array":
-    """Offsets of the anchor matches that start in [start, end) of a file, one per line
-    (an array of 8-byte integers: an error storm's half a million hits stay small)."""
+    """An offset inside each line with an anchor match that starts in [start, end) of
+    a file (an array of 8-byte integers: an error storm's half a million hits stay small)."""
     path, start, end = task
-    automaton = _automaton()
     overlap = max(len(a) for a in anchors()) - 1
     out = array("q")
     with open(path, "rb") as fh:
@@ -327,15 +370,9 @@ def _range_hits(task: tuple[str, int, int]) -> "array":
             if not block:
                 break
             limit = min(BLOCK_BYTES, end - pos)        # matches must start inside this block's own part
-            line_end = -1
-            for last, length in automaton.iter(block.decode("latin-1")):
-                first = last - length + 1
-                if first < limit and first > line_end:
-                    out.append(pos + first)
-                    nxt = block.find(b"\n", first)
-                    line_end = nxt if nxt >= 0 else len(block)
+            out.extend(pos + line for line in _hit_lines(block, limit))
             pos += limit
-    return array("q", sorted(out))
+    return out
 
 
 def _last_lines(block: bytes, lo: int, hi: int, n: int) -> list[bytes]:
