@@ -17,6 +17,7 @@ Modes:
   dense      as realistic, and every 20th line a per-request error with a traceback
              (hand-made in vLLM's shape: "Error in preprocessing prompt inputs" + ValueError)
   files      the traffic spread over 400 rotated per-process files, the crash in the last
+  ranks      the traffic spread over 8 large files (one per node), the crash in a ninth
   gzip       realistic, written as console.log.gz
   longline   realistic, with a few 8 MB lines without a newline (a binary blob pasted in)
 """
@@ -30,7 +31,7 @@ import re
 from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parents[1] / "tests/data/realworld/rec_vllm_mp_tp2_debug_accelerator_error_rank0/console.log"
-MODES = ("realistic", "dense", "files", "gzip", "longline")
+MODES = ("realistic", "dense", "files", "ranks", "gzip", "longline")
 # the record header: kept as it is (pid, level, time stamp, file:line)
 _HEADER = re.compile(r"^(\([^)]*\) )?(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\] ")
 _NUMBER = re.compile(r"\d+")
@@ -110,8 +111,9 @@ def generate(out: Path, size: int, mode: str = "realistic", source: Path = SOURC
             fh.writelines(body())
             fh.write(crash_text)
         return target
-    if mode == "files":
-        handles = [open(out / f"worker_{i:03d}.log", "w", encoding="utf-8") for i in range(400)]  # noqa: SIM115
+    if mode in ("files", "ranks"):
+        count = 400 if mode == "files" else 8
+        handles = [open(out / f"worker_{i:03d}.log", "w", encoding="utf-8") for i in range(count)]  # noqa: SIM115
         try:
             for i, chunk in enumerate(body()):
                 handles[i % len(handles)].write(chunk)

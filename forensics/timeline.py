@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from forensics import knowledge
+from forensics.columns import FRAME_COLUMNS, EventColumns
 from forensics.events import Event, Kind, freeze
 
 # vLLM V0 (LLMEngine, "Initializing an LLM engine (v0.x)"): the engine process prints its
@@ -588,22 +589,10 @@ def failure_time(events: list[Event], pid: int | None, kinds) -> datetime | None
     return None
 
 
-COLUMNS = ["time", "rank", "pid", "role", "process", "host", "kind", "severity", "message", "source",
-           "line", "time_inferred"]
+COLUMNS = FRAME_COLUMNS
 
 
 def dataframe(events: list[Event]):
     """The events as a pandas DataFrame, one row each, in timeline order (sub-second
-    times kept)."""
-    import pandas as pd        # imported here: the CLI's report paths never need it
-
-    rows = [{
-        "time": e.time, "rank": e.rank, "pid": e.pid, "role": e.role, "process": e.process, "host": e.host,
-        "kind": e.kind.value, "severity": e.severity.name, "message": e.message, "source": e.source,
-        "line": e.line, "time_inferred": e.time_inferred,
-    } for e in events]
-    frame = pd.DataFrame(rows, columns=COLUMNS)
-    for column in ("rank", "pid", "line"):
-        frame[column] = frame[column].astype("Int64")
-    frame["time"] = pd.to_datetime(frame["time"])
-    return frame
+    times kept), built from their columns (forensics/columns.py)."""
+    return EventColumns.from_events(events).frame()

@@ -300,6 +300,15 @@ def test_foundations_import_nothing_above_them():
     assert not bad, bad
 
 
+def test_event_columns_know_only_events():
+    """forensics/columns.py is the events' other form: it imports the events module and
+    nothing else of the package (parsers, the timeline and the case use it)."""
+    bad = [f"{e.source} imports {e.target}" for e in ALL_EDGES
+           if e.source == "forensics.columns" and e.target != "forensics.events"]
+    assert not bad, bad
+    assert any(e.source == "forensics.columns" for e in ALL_EDGES)
+
+
 def test_the_report_document_reads_the_verdict_not_the_rules():
     """document.py builds the report from the Case and its Verdict; it never runs or
     imports a rule, a parser or an input reader (the Case it reads is a type only)."""

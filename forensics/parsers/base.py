@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from forensics.columns import EventColumns
 from forensics.events import Event, clip
 
 # the name a source's dominant format is shown under (JSON sources[].kind)
@@ -65,6 +66,18 @@ class ParsedSource:
     formats: dict[str, int] = field(default_factory=dict)
     traffic: list[Traffic] = field(default_factory=list)
     size: int | None = None
+
+    def __getstate__(self) -> dict:
+        # a worker process sends its events as columns (forensics/columns.py), not as
+        # one pickled object per event
+        state = dict(self.__dict__)
+        state["events"] = EventColumns.from_events(self.events)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        events = state["events"]
+        state["events"] = events.to_events() if isinstance(events, EventColumns) else events
+        self.__dict__.update(state)
 
     def count_unparsed(self, lineno: int, text: str, keep: int = 5) -> None:
         self.unparsed_lines = (self.unparsed_lines or 0) + 1
