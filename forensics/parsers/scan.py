@@ -23,7 +23,7 @@ from typing import BinaryIO, Callable, Iterator
 from forensics import knowledge
 from forensics.inputs.reader import READ_ERRORS
 
-BLOCK_BYTES = 8 << 20
+BLOCK_BYTES = 2 << 20          # read and searched at a time; 8 MB blocks cost 20-30 MB of peak RSS more (issue 16)
 CONTEXT_BEFORE = 8          # lines parsed before each hit (what led to it)
 CONTEXT_AFTER = 8           # lines parsed after each hit
 TAIL_LINES = 200            # the last lines of a file: how it ended
