@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any, Iterable
 
 from forensics.events import Event, FrozenAttrs, Kind, Severity

@@ -329,3 +329,13 @@ def test_wrapper_time_is_the_event_time():
     (event,) = parsed.events
     assert event.time == datetime(2025, 10, 22, 9, 52, 51, 402133)
     assert not event.time_inferred
+
+
+def test_a_record_start_counts_only_at_the_line_start_or_after_whitespace():
+    """Glued records start where a line would: after whitespace.  The same shapes glued to
+    a word ("x[rank1]:") are text, not a lost newline."""
+    body = " step done, nothing else to say about this step here, nor about the one before it either"
+    glued = "[rank0]: first record" + body + " [rank1]: second record" + body
+    assert split_glued(glued) == ["[rank0]: first record" + body, "[rank1]: second record" + body]
+    inside = "[rank0]: first record" + body + " x[rank1]: no record" + body + " y[rank2]: still none" + body
+    assert split_glued(inside) == [inside]

@@ -314,15 +314,21 @@ def _merge(outer: Envelope, inner: Envelope) -> Envelope:
 # --- lost newlines ----------------------------------------------------------------------
 
 # Record starts, by family; when one family starts two or more records inside one long
-# line, the line holds several records whose newlines were lost.
-_RECORD_FAMILIES = tuple(re.compile(r"(?:(?<=\s)|^)" + p) for p in (
-    r"\((?:[A-Za-z_][\w\-]*(?: rank=\d+| [A-Z]+\d+)?) pid=\d+(?:, ip=[\d.]+)?\) ",      # (Worker_TP0 pid=1)
-    r"\[rank\d+\]:",                                                                 # [rank0]:
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\] ",  # vLLM
-    r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z]{2}\d+)+\] ",                        # SGLang
-    r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z (?:stdout|stderr) [PF] ",             # CRI
-    r"[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|ERROR|TRACE) ",                          # NCCL
-    r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w./-]+:\d+\] ",                          # glog
+# line, the line holds several records whose newlines were lost.  A start is at the line's
+# start or after whitespace.  Patterns that open with a fixed character or a bounded run
+# are searched bare and their matches checked for that (the regex engine then skips to
+# the next candidate character: 10-50x faster on long lines than a lookbehind tried at
+# every position); the NCCL one opens with an unbounded run and keeps the lookbehind, or
+# a long word would be rescanned from each of its characters.
+_BOUNDARY = r"(?:(?<=\s)|^)"
+_RECORD_FAMILIES = tuple((re.compile(p), True) if checked else (re.compile(_BOUNDARY + p), False) for p, checked in (
+    (r"\((?:[A-Za-z_][\w\-]*(?: rank=\d+| [A-Z]+\d+)?) pid=\d+(?:, ip=[\d.]+)?\) ", True),      # (Worker_TP0 pid=1)
+    (r"\[rank\d+\]:", True),                                                                 # [rank0]:
+    (r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+:\d+\] ", True),  # vLLM
+    (r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z]{2}\d+)+\] ", True),                        # SGLang
+    (r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z (?:stdout|stderr) [PF] ", True),             # CRI
+    (r"[\w.-]+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|ERROR|TRACE) ", False),                          # NCCL
+    (r"[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w./-]+:\d+\] ", True),                          # glog
 ))
 _TB_PIECES = re.compile(
     r"(?<=\S)\s+(?=Traceback \(most recent call last\):|File \"[^\"]+\", line \d+"
@@ -336,8 +342,9 @@ def split_glued(text: str) -> list[str]:
     if len(text) < GLUED_MIN:
         return [text]
     starts: dict[int, tuple[int, int]] = {}
-    for number, family in enumerate(_RECORD_FAMILIES):
-        found = [(m.start(), m.end()) for m in family.finditer(text)]
+    for number, (family, checked) in enumerate(_RECORD_FAMILIES):
+        found = [(m.start(), m.end()) for m in family.finditer(text)
+                 if not checked or m.start() == 0 or text[m.start() - 1].isspace()]
         if len(found) >= 2:
             for start, end in found:
                 starts.setdefault(start, (end, number))

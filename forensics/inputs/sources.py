@@ -10,6 +10,7 @@ read to that size), folders by depth and by the number of readable files.
 from __future__ import annotations
 
 import bz2
+import functools
 import io
 import lzma
 import os
@@ -136,22 +137,23 @@ class Capped(io.RawIOBase):
             super().close()
 
 
-def gzip_reader_name() -> str:
-    try:
-        import isal  # noqa: F401
-        return "ISA-L (isal)"
-    except ImportError:
-        return "zlib"
-
-
-def _gzip_decompressobj():
-    """A gzip decompressor: ISA-L's (the ``isal`` package, 3-4x faster than zlib, the same
-    interface) when installed, else zlib's."""
+@functools.lru_cache(maxsize=None)
+def _isal():
+    """ISA-L's zlib interface (the ``isal`` package: 3-4x faster than zlib, the same
+    calls), or None when it is not installed."""
     try:
         from isal import isal_zlib
-        return isal_zlib.decompressobj(16 + isal_zlib.MAX_WBITS)
     except ImportError:
-        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+        return None
+    return isal_zlib
+
+
+def _isal_errors() -> tuple:
+    return (_isal().error,) if _isal() is not None else ()
+
+
+def gzip_reader_name() -> str:
+    return "ISA-L (isal)" if _isal() is not None else "zlib"
 
 
 class _Decompressor(io.RawIOBase):
@@ -169,7 +171,8 @@ class _Decompressor(io.RawIOBase):
 
     def _new(self):
         if self._method == "gzip":
-            return _gzip_decompressobj()
+            inflate = _isal() or zlib
+            return inflate.decompressobj(16 + inflate.MAX_WBITS)
         if self._method == "bzip2":
             return bz2.BZ2Decompressor()
         return lzma.LZMADecompressor()
@@ -198,9 +201,8 @@ class _Decompressor(io.RawIOBase):
             data, self._input = self._input, b""
             try:
                 out = self._dec.decompress(data, len(buffer))
-            except Exception as exc:   # ISA-L's error is not zlib.error: one kind for the readers
-                if isinstance(exc, (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError)):
-                    raise
+            except _isal_errors() as exc:
+                # ISA-L's error is not zlib.error: the readers know one kind
                 raise zlib.error(f"{self._what}: {exc}") from exc
             if self._dec.eof:
                 # zlib keeps the bytes after the end in both unused_data and unconsumed_tail

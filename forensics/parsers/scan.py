@@ -279,7 +279,7 @@ def _automaton():
         return None
     automaton = ahocorasick.Automaton()
     for anchor in anchors():
-        text = anchor.decode("latin-1")          # bytes as code points: offsets stay byte offsets
+        text = anchor.decode("latin-1")
         automaton.add_word(text, len(text))
     automaton.make_automaton()
     return automaton
@@ -290,26 +290,81 @@ def scanner_name() -> str:
     return "hyperscan" if _hyperscan() is not None else "pyahocorasick" if _automaton() is not None else "bytes.find"
 
 
-def _matches(block: bytes) -> Iterator[tuple[int, int]]:
+@functools.lru_cache(maxsize=None)
+def _anchor_lengths() -> tuple[int, ...]:
+    return tuple(len(a) for a in anchors())
+
+
+SAME_LINE_MATCHES = 16      # matches on one line past which the rest of that line is skipped
+
+
+class _Matches:
+    """Matches of one block, in order of their end.  A line with more than
+    SAME_LINE_MATCHES of them (a line of a million "=" is a million matches of the
+    sanitizer's "=========") says where to resume - after that line - so that a search
+    costs in proportion to the lines, not to the matches a hostile line can hold."""
+
+    def __init__(self, block: bytes) -> None:
+        self.block = block
+        self.found: list[tuple[int, int]] = []
+        self.line_end = -1
+        self.extra = 0
+        self.resume: int | None = None
+
+    def add(self, first: int, end: int) -> bool:
+        """Keeps the match; False when the search should stop and resume at ``resume``."""
+        self.found.append((first, end))
+        if end <= self.line_end:
+            self.extra += 1
+            if self.extra >= SAME_LINE_MATCHES:
+                self.resume = self.line_end + 1
+                return False
+            return True
+        self.extra = 0
+        nxt = self.block.find(b"\n", end)
+        self.line_end = nxt if nxt >= 0 else len(self.block)
+        return True
+
+
+def _matches(block: bytes) -> list[tuple[int, int]]:
     """(first byte, end) of anchor matches in ``block``, in order of their end, with the
-    best matcher installed: Hyperscan, else Aho-Corasick, else one ``bytes.find`` pass
-    per anchor."""
-    database = _hyperscan()
+    best matcher installed: Hyperscan, else Aho-Corasick, else ``bytes.find`` (one match
+    per anchor and line)."""
+    database, automaton = _hyperscan(), _automaton()
+    if database is None and automaton is None:
+        pairs = []
+        for anchor in anchors():
+            i = block.find(anchor)
+            while i >= 0:
+                pairs.append((i, i + len(anchor)))
+                nxt = block.find(b"\n", i)
+                i = block.find(anchor, nxt + 1) if nxt >= 0 else -1
+        return sorted(pairs, key=lambda p: p[1])
+    matches, base = _Matches(block), 0
     if database is not None:
-        found: list[tuple[int, int]] = []
-        lengths = [len(a) for a in anchors()]
-        database.scan(block, match_event_handler=lambda i, _f, to, _fl, _c: found.append((to - lengths[i], to)))
-        return iter(found)
-    automaton = _automaton()
-    if automaton is not None:
-        return ((end - length + 1, end + 1) for end, length in automaton.iter(block.decode("latin-1")))
-    pairs = []
-    for anchor in anchors():
-        i = block.find(anchor)
-        while i >= 0:
-            pairs.append((i, i + len(anchor)))
-            i = block.find(anchor, i + 1)
-    return iter(sorted(pairs, key=lambda p: p[1]))
+        import hyperscan
+        lengths, view = _anchor_lengths(), memoryview(block)
+        while base < len(block):
+            matches.resume = None
+            try:
+                database.scan(view[base:], match_event_handler=lambda i, _f, to, _fl, _c:
+                              None if matches.add(base + to - lengths[i], base + to) else True)
+            except hyperscan.ScanTerminated:
+                pass
+            if matches.resume is None:
+                break
+            base = matches.resume
+        return matches.found
+    text = block.decode("latin-1")              # bytes as code points: offsets stay byte offsets
+    while base < len(block):
+        matches.resume = None
+        for end, length in automaton.iter(text, base):
+            if not matches.add(end - length + 1, end + 1):
+                break
+        if matches.resume is None:
+            break
+        base = matches.resume
+    return matches.found
 
 
 def _hit_lines(block: bytes, limit: int | None = None) -> list[int]:
