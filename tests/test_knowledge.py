@@ -368,3 +368,29 @@ def test_error_check_frames_and_library_files():
 def test_noise_catalogue(line, noise):
     from forensics.parsers.text.stream import is_noise
     assert is_noise(line) is noise
+
+
+def _all_triggers() -> list[str]:
+    return sorted({t for entry in knowledge.message_patterns() for t in entry.triggers})
+
+
+def test_every_trigger_is_found_even_inside_a_longer_one(monkeypatch):
+    """A trigger that starts where a longer one starts ("CUDA error" in "CUDA error: out
+    of memory") still makes its entries candidates - with the automaton and without."""
+    triggers = _all_triggers()
+    nested = [(short, long) for long in triggers for short in triggers if short != long and short in long]
+    assert nested                       # the catalogue has such pairs: the test means something
+    for short, long in nested:
+        assert {short, long} <= messages._triggers_in(f"x {long} y")
+    monkeypatch.setattr(messages, "_trigger_automaton", lambda: None)
+    for short, long in nested:
+        assert {short, long} <= messages._triggers_in(f"x {long} y")
+
+
+def test_the_automaton_and_the_regex_find_the_same_triggers(monkeypatch):
+    texts = [f"{a} and then {b}" for a, b in zip(_all_triggers(), reversed(_all_triggers()))] + \
+        ["", "nothing here", "CUDA error: an illegal memory access was encountered"]
+    with_automaton = [messages._triggers_in(t) for t in texts]
+    monkeypatch.setattr(messages, "_trigger_automaton", lambda: None)
+    assert [messages._triggers_in(t) for t in texts] == with_automaton
+    assert all(with_automaton[:-3])

@@ -35,17 +35,44 @@ def _trigger_index() -> tuple[re.Pattern, dict[str, tuple[int, ...]]]:
     return re.compile("|".join(re.escape(t) for t in ordered)), {t: tuple(v) for t, v in users.items()}
 
 
-def classify(message: str) -> Classified | None:
-    """The first catalogue entry (in catalogue order) whose trigger and pattern match."""
+@functools.lru_cache(maxsize=None)
+def _trigger_automaton():
+    """The triggers in an Aho-Corasick automaton (pyahocorasick): every trigger in a
+    message in one pass - the regex alternation tries each of ~200 literals at every
+    position (18 us a message against about 2).  None without the package."""
+    try:
+        import ahocorasick
+    except ImportError:  # pragma: no cover - the regex below
+        return None
+    automaton = ahocorasick.Automaton()
+    for trigger in _trigger_index()[1]:
+        automaton.add_word(trigger, trigger)
+    automaton.make_automaton()
+    return automaton
+
+
+def _triggers_in(message: str) -> set[str]:
+    """Every trigger that occurs in ``message``."""
+    automaton = _trigger_automaton()
+    if automaton is not None:
+        return {trigger for _, trigger in automaton.iter(message)}
     finder, users = _trigger_index()
-    candidates: set[int] = set()
+    found: set[str] = set()
     pos = 0
-    while True:
-        m = finder.search(message, pos)
-        if m is None:
-            break
-        candidates.update(users[m.group(0)])
+    while (m := finder.search(message, pos)) is not None:
+        # every trigger that starts here: a shorter one may hide inside the longest
+        found.update(t for t in users if message.startswith(t, m.start()))
         pos = m.start() + 1
+    return found
+
+
+def classify(message: str) -> Classified | None:
+    """The first catalogue entry (in catalogue order) one of whose triggers occurs in the
+    message and whose pattern matches it."""
+    users = _trigger_index()[1]
+    candidates: set[int] = set()
+    for trigger in _triggers_in(message):
+        candidates.update(users[trigger])
     if not candidates:
         return None
     entries = knowledge.message_patterns()
