@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 from forensics import engines, kb, rules, timeline
 from forensics.events import Event
-from forensics.inputs.sources import Source, Walk, discover
+from forensics.inputs.sources import OutputIsInput, Source, Walk, discover, display_name  # noqa: F401 - re-exported
 from forensics.parsers import registry
 from forensics.parsers.base import ParsedSource
 from forensics.rules import Evidence, SourceFacts
@@ -68,6 +68,9 @@ def parse_source(source: Source) -> ParsedSource:
         parsed = ParsedSource(source.relpath, source.kind, lines=None, unparsed_lines=None, size=source.size,
                               problems=[f"{source.relpath}: the reader failed ({type(exc).__name__}: {exc}); "
                                         "this input was skipped - please report it with the file"])
+    # here, in whichever process parsed it (a worker, a Dask task or this one), before the
+    # events are packed into columns: one gate for every reader and every engine
+    parsed.set_aside_out_of_range()
     parsed.problems[:0] = [p for p in source.problems if p not in parsed.problems]
     if source.compression:
         parsed.problems.append(f"read through {source.compression} decompression")
@@ -76,9 +79,12 @@ def parse_source(source: Source) -> ParsedSource:
 
 def analyze(*paths, kb_dirs: list[str] | None = None, on_source: Callable[[Source, ParsedSource], None] | None = None,
             kind: str | None = None, engine: str = "local", scheduler: str | None = None,
-            follow_links: bool = False, stdin: BinaryIO | None = None) -> Case:
+            follow_links: bool = False, stdin: BinaryIO | None = None, outputs: tuple = ()) -> Case:
     """Analyse files, folders (recursively) or ``-`` (stdin); returns a Case.
 
+    ``outputs``: the files the caller will write (a report, a CSV); an input that is one
+    of them (found by walking a folder, through symbolic or hard links) raises
+    OutputIsInput while the inputs are listed, before anything is written.
     Raises NothingToAnalyse when nothing given can be read (missing paths, empty
     folders, only binary files), KnowledgeBaseError for a bad ``kb_dirs`` entry."""
     flat = [str(p) for group in paths for p in ([group] if isinstance(group, (str, bytes)) or not
@@ -87,6 +93,7 @@ def analyze(*paths, kb_dirs: list[str] | None = None, on_source: Callable[[Sourc
         raise NothingToAnalyse("nothing to analyse: give a folder, files, or - for stdin")
     entries = kb.load_dirs(kb_dirs) if kb_dirs else None
     walk = Walk()
+    walk.protect(*outputs)
 
     def forced(source: Source) -> Source:
         if kind is None or not source.readable or source.kind.startswith("archive-"):
@@ -145,7 +152,7 @@ def _refuse_if_empty(given: list[str], parsed: list[ParsedSource]) -> None:
     if any((p.lines or 0) > 0 or p.events for p in readable):
         return
     problems = [q for p in parsed for q in p.problems]
-    what = ", ".join(given)
+    what = ", ".join(display_name(g) for g in given)
     if not parsed:
         raise NothingToAnalyse(f"nothing to analyse in {what}: no files found")
     if problems:

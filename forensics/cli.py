@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import stat
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import click
 
 from forensics import __version__, inert
+from forensics.events import RANK_LIMIT
 
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_FAILURE_FOUND = 0, 1, 2, 3
 FORMATS = ("terminal", "json", "markdown", "html")
@@ -52,7 +54,7 @@ def main() -> None:
               help="Markdown: write the suggested issue title to this file and leave it out of the body "
                    "(gh issue create --title \"$(cat TITLE)\" --body-file REPORT).")
 @click.option("--explain", is_flag=True, help="Show how each rule reached its conclusion.")
-@click.option("--timeline-limit", type=int, default=400, show_default=True,
+@click.option("--timeline-limit", type=click.IntRange(min=0), default=400, show_default=True,
               help="Most timeline entries in the JSON report (0: all).")
 @click.option("--kb", "kb_dirs", multiple=True, type=click.Path(),
               help="A folder of extra known-issue entries (*.toml); may be repeated.")
@@ -87,23 +89,22 @@ def analyze(paths, fmt, redact, output, title_file, explain, timeline_limit, kb_
     if "-" in paths and sys.stdin.isatty():
         click.echo("forensics: reading the log from the terminal: paste it, then press Ctrl-D "
                    "(or pipe it: kubectl logs POD | forensics analyze -)", err=True)
-    from forensics.case import NothingToAnalyse, analyze as run_analysis
+    from forensics.case import NothingToAnalyse, OutputIsInput, analyze as run_analysis
     from forensics.engines import EngineUnavailable
     from forensics.kb import KnowledgeBaseError
     try:
         with _progress(paths, enabled=not quiet and fmt == "terminal") as on_source:
             case = run_analysis(*paths, kb_dirs=list(kb_dirs), on_source=on_source, kind=kind, engine=engine,
-                                scheduler=scheduler, follow_links=follow_links)
+                                scheduler=scheduler, follow_links=follow_links, outputs=(output, title_file))
     except (KnowledgeBaseError, EngineUnavailable) as exc:
-        raise click.UsageError(str(exc)) from None
-    except NothingToAnalyse as exc:
-        click.echo(f"forensics: {exc}", err=True)
+        raise _usage(str(exc)) from None
+    except (NothingToAnalyse, OutputIsInput) as exc:
+        _error(exc)
         sys.exit(EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001
         if debug:
             raise
-        click.echo(f"forensics: internal error: {type(exc).__name__}: {exc}. "
-                   "Re-run with --debug and report it with the inputs.", err=True)
+        _error(f"internal error: {type(exc).__name__}: {exc}. Re-run with --debug and report it with the inputs.")
         sys.exit(EXIT_INTERNAL)
     _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose, timeline_limit, debug)
     if exit_code and case.verdict.failed:
@@ -132,56 +133,77 @@ def _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose
             render(document, fmt, sys.stdout, options)
             sys.stdout.flush()
     except OSError as exc:
-        click.echo(f"forensics: cannot write the report: {exc.strerror or exc}", err=True)
+        _error(f"cannot write the report: {exc.strerror or exc}")
         sys.exit(EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - a renderer bug is one sentence, not a traceback
         if debug:
             raise
-        click.echo(f"forensics: internal error while writing the report: {type(exc).__name__}: {exc}. "
-                   "Re-run with --debug and report it with the inputs.", err=True)
+        _error(f"internal error while writing the report: {type(exc).__name__}: {exc}. "
+               "Re-run with --debug and report it with the inputs.")
         sys.exit(EXIT_INTERNAL)
 
 
-def _check_output(output: str | None, inputs) -> None:
+def _shown(path: object) -> str:
+    """A path as an error message shows it (forensics.inert.name: one line, no escape
+    sequence, invisible characters visible)."""
+    return inert.name(os.fspath(path) if isinstance(path, os.PathLike) else path)
+
+
+def _usage(message: str) -> click.UsageError:
+    """A usage error whose text is inert (click prints it to the terminal as it is)."""
+    return click.UsageError(inert.plain(message))
+
+
+def _error(message: object) -> None:
+    click.echo(inert.plain(f"forensics: {message}"), err=True)
+
+
+_STANDARD_STREAMS = ("/dev/stdout", "/dev/stderr", "/dev/null", "-")
+
+
+def _check_output(output: str | None, inputs, option: str = "-o") -> None:
     """Refuse, before any analysis, an output the report could not be written to or that
-    would overwrite an input."""
-    if not output:
+    is one of the paths given.  An input found inside a folder given (through links and
+    hard links too) is refused while the inputs are listed: ``analyze(outputs=...)``,
+    which compares the files it actually reads with every output by device and inode."""
+    if not output or output in _STANDARD_STREAMS:
         return
     path = Path(output)
-    if output in ("/dev/stdout", "/dev/stderr", "/dev/null", "-"):
-        return
+    shown = _shown(output)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
-        raise click.UsageError(f"-o {output}: the folder {parent} does not exist")
+        raise _usage(f"{option} {shown}: the folder {_shown(parent)} does not exist")
     if path.exists():
         try:
             st = path.stat()
         except OSError as exc:
-            raise click.UsageError(f"-o {output}: {exc.strerror or exc}") from None
+            raise _usage(f"{option} {shown}: {exc.strerror or exc}") from None
         if not stat.S_ISREG(st.st_mode):
-            raise click.UsageError(f"-o {output}: not a regular file; give a file path")
+            raise _usage(f"{option} {shown}: not a regular file; give a file path")
         for given in inputs:
             if given == "-":
                 continue
             try:
-                if os.path.samefile(given, output):
-                    raise click.UsageError(f"-o {output} is one of the inputs; it would be overwritten")
+                same = os.path.samefile(given, output)
             except OSError:
                 continue
-            if Path(given).is_dir() and Path(os.path.realpath(output)).is_relative_to(os.path.realpath(given)):
-                continue
+            if same:
+                raise _usage(f"{option} {shown} is one of the inputs; it would be overwritten")
         if not os.access(path, os.W_OK):
-            raise click.UsageError(f"-o {output}: not writable")
+            raise _usage(f"{option} {shown}: not writable")
     elif not os.access(parent, os.W_OK):
-        raise click.UsageError(f"-o {output}: the folder {parent} is not writable")
+        raise _usage(f"{option} {shown}: the folder {_shown(parent)} is not writable")
 
 
 @main.command()
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--format", "fmt", type=click.Choice(["terminal", "json", "markdown"]), default="terminal", show_default=True)
+@click.option("--redact/--no-redact", default=None,
+              help="Redact secrets, hosts, IPs and user names, as analyze does. Default: on for markdown, "
+                   "off for terminal and json.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="Write to this file instead of stdout.")
 @click.option("--kb", "kb_dirs", multiple=True, type=click.Path(), help="Extra known-issue folders.")
-def compare(runs, fmt, output, kb_dirs) -> None:
+def compare(runs, fmt, redact, output, kb_dirs) -> None:
     """Compare several crash bundles: restarts of one server, or before/after an upgrade.
 
     \b
@@ -192,25 +214,33 @@ def compare(runs, fmt, output, kb_dirs) -> None:
     """
     missing = [r for r in runs if not Path(r).exists()]
     if missing:
-        raise click.UsageError(f"{', '.join(missing)} does not exist; give one folder (or file) per run.")
+        raise _usage(f"{', '.join(map(_shown, missing))} does not exist; give one folder (or file) per run.")
     _check_output(output, runs)
-    from forensics.case import NothingToAnalyse
+    from forensics.case import NothingToAnalyse, OutputIsInput
     from forensics.compare import compare as run_compare, render
     from forensics.kb import KnowledgeBaseError
     try:
-        result = run_compare(list(runs), kb_dirs=list(kb_dirs))
+        result = run_compare(list(runs), kb_dirs=list(kb_dirs), outputs=(output,))
     except KnowledgeBaseError as exc:
-        raise click.UsageError(str(exc)) from None
-    except NothingToAnalyse as exc:
-        click.echo(f"forensics: {exc}", err=True)
+        raise _usage(str(exc)) from None
+    except (NothingToAnalyse, OutputIsInput) as exc:
+        _error(exc)
         sys.exit(EXIT_USAGE)
-    with (open(output, "w", encoding="utf-8") if output else contextlib.nullcontext(sys.stdout)) as out:
-        render(result, fmt, out)
+    if redact is None:
+        redact = fmt == "markdown"         # like analyze: what is pasted into an issue is redacted
+    try:
+        with (open(output, "w", encoding="utf-8", errors="replace") if output else
+              contextlib.nullcontext(sys.stdout)) as out:
+            render(result, fmt, out, redact=redact)
+    except OSError as exc:
+        _error(f"cannot write the comparison: {exc.strerror or exc}")
+        sys.exit(EXIT_USAGE)
 
 
 @main.command()
 @click.argument("paths", nargs=-1, required=True)
-@click.option("--rank", "ranks", multiple=True, type=int, help="Only these ranks (repeatable).")
+@click.option("--rank", "ranks", multiple=True, type=click.IntRange(0, RANK_LIMIT - 1),
+              help="Only these ranks (repeatable).")
 @click.option("--kind", "kinds", multiple=True, help="Only these event kinds (repeatable), e.g. cuda-error.")
 @click.option("--severity", type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], case_sensitive=False),
               help="Only events at or above this severity.")
@@ -219,7 +249,8 @@ def compare(runs, fmt, output, kb_dirs) -> None:
 @click.option("--csv", "csv_path", help="Write the filtered timeline as CSV (- for stdout).")
 @click.option("--jsonl", "jsonl_path", help="Write it as JSON lines (- for stdout).")
 @click.option("--parquet", "parquet_path", type=click.Path(dir_okay=False), help="Write it as Parquet (needs pyarrow).")
-@click.option("--limit", type=int, default=200, show_default=True, help="Rows shown in the terminal (0: all).")
+@click.option("--limit", type=click.IntRange(min=0), default=200, show_default=True,
+              help="Rows shown in the terminal (0: all).")
 def timeline(paths, ranks, kinds, severity, since, until, csv_path, jsonl_path, parquet_path, limit) -> None:
     """The merged per-rank timeline of every input, filtered; or exported for pandas.
 
@@ -233,14 +264,17 @@ def timeline(paths, ranks, kinds, severity, since, until, csv_path, jsonl_path, 
     valid = sorted(k.value for k in Kind)
     bad = [k for k in kinds if k not in valid]
     if bad:
-        raise click.UsageError(f"--kind {', '.join(bad)}: not an event kind; use one of: {', '.join(valid)}")
+        raise _usage(f"--kind {', '.join(bad)}: not an event kind; use one of: {', '.join(valid)}")
+    files = {"--csv": csv_path, "--jsonl": jsonl_path, "--parquet": parquet_path}
+    for option, path in files.items():
+        _check_output(path, paths, option)
     import pandas as pd
 
-    from forensics.case import NothingToAnalyse, analyze as run_analysis
+    from forensics.case import NothingToAnalyse, OutputIsInput, analyze as run_analysis
     try:
-        case = run_analysis(*paths)
-    except NothingToAnalyse as exc:
-        click.echo(f"forensics: {exc}", err=True)
+        case = run_analysis(*paths, outputs=tuple(p for p in files.values() if p and p != "-"))
+    except (NothingToAnalyse, OutputIsInput) as exc:
+        _error(exc)
         sys.exit(EXIT_USAGE)
     frame = case.timeline
     levels = ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -255,17 +289,29 @@ def timeline(paths, ranks, kinds, severity, since, until, csv_path, jsonl_path, 
             try:
                 when = pd.Timestamp(bound)
             except ValueError:
-                raise click.BadParameter(f"{bound!r} is not a time; use ISO form like 2026-12-02T10:42:36") from None
+                raise click.BadParameter(inert.plain(f"{bound!r} is not a time; use ISO form like "
+                                                     "2026-12-02T10:42:36")) from None
             frame = frame[keep(frame["time"], when)]
-    if csv_path:
-        frame.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
-    if jsonl_path:
-        frame.to_json(sys.stdout if jsonl_path == "-" else jsonl_path, orient="records", lines=True, date_format="iso")
-    if parquet_path:
-        try:
-            frame.to_parquet(parquet_path, index=False)
-        except ImportError:
-            raise click.UsageError("--parquet needs pyarrow: pip install pyarrow (or use --csv / --jsonl)") from None
+    try:
+        if csv_path:
+            # every text cell inert (inert.csv_cell): no formula for a spreadsheet, no
+            # escape sequence for a terminal, whether it goes to a file or to stdout
+            text_columns = [c for c in frame.columns if frame[c].dtype == object or
+                            pd.api.types.is_string_dtype(frame[c].dtype)]
+            safe = frame.assign(**{c: frame[c].map(inert.csv_cell) for c in text_columns})
+            safe.to_csv(sys.stdout if csv_path == "-" else csv_path, index=False)
+        if jsonl_path:
+            # JSON escapes control characters, and pandas writes ASCII only: nothing to strip
+            frame.to_json(sys.stdout if jsonl_path == "-" else jsonl_path, orient="records", lines=True,
+                          date_format="iso")
+        if parquet_path:
+            try:
+                frame.to_parquet(parquet_path, index=False)
+            except ImportError:
+                raise _usage("--parquet needs pyarrow: pip install pyarrow (or use --csv / --jsonl)") from None
+    except OSError as exc:
+        _error(f"cannot write the timeline: {exc.strerror or exc}")
+        sys.exit(EXIT_USAGE)
     if csv_path or jsonl_path or parquet_path:
         if "-" not in (csv_path, jsonl_path):
             click.echo(f"{len(frame)} events written.", err=True)
@@ -303,20 +349,39 @@ def collect(logs, output, pod, namespace, containers, core_dirs, python, timeout
     if namespace and not pod:
         raise click.UsageError("--namespace needs --k8s POD")
     if not output.endswith((".tar.gz", ".tgz")):
-        raise click.UsageError(f"-o {output}: give a .tar.gz path")
+        raise _usage(f"-o {_shown(output)}: give a .tar.gz path")
     _check_output(output, logs)
+    _check_collect_output(output, logs)
     from forensics.collect import Options, collect as run_collect
     options = Options(logs=tuple(logs), k8s_pod=pod, namespace=namespace, containers=tuple(containers),
                       core_dirs=tuple(core_dirs), redact=redact, timeout=timeout, python=python)
     try:
         steps = run_collect(options, output)
     except OSError as exc:
-        click.echo(f"forensics: cannot write {output}: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_USAGE)
+        click.echo(inert.plain(f"forensics: cannot write {output}: {exc.strerror or exc}; no bundle was written"), err=True)
+        sys.exit(EXIT_INTERNAL)
+    except Exception as exc:  # noqa: BLE001 - said, never a half-written bundle
+        click.echo(inert.plain(f"forensics: collect failed: {type(exc).__name__}: {exc}; no bundle was written"), err=True)
+        sys.exit(EXIT_INTERNAL)
     for step in steps:
         click.echo(inert.plain(step.line()))
     ok = sum(s.status == "ok" for s in steps)
-    click.echo(f"{output}: {ok} of {len(steps)} steps gave output; read it with: forensics analyze {output}")
+    click.echo(f"{_shown(output)}: {ok} of {len(steps)} steps gave output; read it with: "
+               f"forensics analyze {shlex.quote(_shown(output))}")
+
+
+def _check_collect_output(output: str, logs) -> None:
+    """collect writes its bundle beside -o and renames it into place: what it would
+    destroy is the file of that name (not a link's target, not another hard link), so
+    -o may not name an existing file inside a folder of LOGS."""
+    where = Path(os.path.realpath(Path(output).parent)) / Path(output).name
+    if not where.exists():
+        return
+    for given in logs:
+        folder = Path(os.path.realpath(given))
+        if folder.is_dir() and where.is_relative_to(folder):
+            raise _usage(f"-o {_shown(output)} is inside {_shown(given)}, one of the folders collected; "
+                         "it would replace a file there: give a path outside it")
 
 
 @main.command()

@@ -1,7 +1,8 @@
 """Several runs side by side (``forensics compare RUN...``): restarts of one server, or
 before/after an upgrade.  Groups runs by crash signature, says which environment fields
 differ, and how often each signature reproduced; renders to the terminal, Markdown or
-JSON.
+JSON.  Markdown is redacted by default, by the same redactor as analyze's reports
+(forensics/redact.py), over the comparison's document: what it shows is what was redacted.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TextIO
 
 from forensics.case import Case, analyze
 from forensics.inert import md_code, md_text, plain
+from forensics.inputs.sources import display_name
 
 # Environment fields worth comparing between runs (what changes between an upgrade's
 # before and after); run-specific values such as pids or token counts are left out.
@@ -37,7 +39,12 @@ class Run:
 
     @property
     def short(self) -> str:
-        return self.name.rstrip("/").rsplit("/", 1)[-1]
+        return short_name(self.name)
+
+
+def short_name(name: str) -> str:
+    """A run's last path component, as shown (forensics.inert.name)."""
+    return display_name(name.rstrip("/").rsplit("/", 1)[-1])
 
 
 @dataclass
@@ -117,35 +124,61 @@ class Comparison:
         }
 
 
-def compare(paths: list[str], kb_dirs: list[str] | None = None) -> Comparison:
-    return Comparison([Run(path, analyze(path, kb_dirs=kb_dirs)) for path in paths])
+def compare(paths: list[str], kb_dirs: list[str] | None = None, outputs: tuple = ()) -> Comparison:
+    """Each path analysed as one run; ``outputs``: files the caller will write, refused
+    as inputs (forensics.case.analyze)."""
+    return Comparison([Run(path, analyze(path, kb_dirs=kb_dirs, outputs=outputs)) for path in paths])
 
 
-def render(result: Comparison, fmt: str, out: TextIO) -> None:
+def document(result: Comparison, redact: bool = False) -> dict:
+    """The comparison as a JSON-like document; redacted (forensics.redact, one redactor
+    over all of it: the same host is the same stand-in in every run) when asked."""
+    doc = result.to_dict()
+    if not redact:
+        return {**doc, "redaction": {"enabled": False, "counts": {}}}
+    from forensics.redact import redact_document
+    return redact_document(doc)
+
+
+def render(result: Comparison, fmt: str, out: TextIO, redact: bool = False) -> None:
+    """Write the comparison; ``redact`` for the formats made to be shared (the CLI turns it
+    on for markdown by default).  Markdown and JSON are rendered from the document, so
+    the redaction covers everything they show."""
     if fmt == "json":
-        out.write(json.dumps(result.to_dict(), indent=2, default=str) + "\n")
+        doc = document(result, redact)
+        if not redact:
+            doc.pop("redaction")
+        out.write(json.dumps(doc, indent=2, default=str) + "\n")
     elif fmt == "markdown":
-        out.write(_markdown(result))
+        out.write(_markdown(document(result, redact)))
     else:
         _terminal(result, out)
 
 
-def _markdown(result: Comparison) -> str:
+def _markdown(doc: dict) -> str:
+    runs = doc["runs"]
     lines = ["### Runs compared\n", "| run | group | signature | fault, kernel or site, phase |", "|---|---|---|---|"]
-    group_of = {run.name: n for n, (_, runs) in enumerate(result.groups(), 1) for run in runs}
-    for run in result.runs:
-        lines.append(f"| {md_code(run.short, table=True)} | {group_of[run.name]} | "
-                     f"{md_code(run.signature or '-', table=True)} | {md_text(run.parts).replace('|', '/')} |")
-    lines += ["", *[f"- {md_text(line)}" for line in result.reproduction() + result.hardware()], ""]
-    diffs = result.differing_environment()
+    group_of = {name: n for n, group in enumerate(doc["groups"], 1) for name in group["runs"]}
+    for run in runs:
+        lines.append(f"| {md_code(short_name(run['name']), table=True)} | {group_of[run['name']]} | "
+                     f"{md_code(run['signature'] or '-', table=True)} | {md_text(run['parts']).replace('|', '/')} |")
+    lines += ["", *[f"- {md_text(line)}" for line in doc["reproduction"] + doc["hardware"]], ""]
+    diffs = doc["environment_differences"]
     if diffs:
-        lines += ["#### Environment that differs", "", "| field | " + " | ".join(md_code(r.short, table=True) for r in result.runs) + " |",
-                  "|---|" + "---|" * len(result.runs)]
+        lines += ["#### Environment that differs", "",
+                  "| field | " + " | ".join(md_code(short_name(r["name"]), table=True) for r in runs) + " |",
+                  "|---|" + "---|" * len(runs)]
         for key, values in diffs.items():
             lines.append(f"| {md_code(key, table=True)} | " + " | ".join(md_code(str(v), table=True) if v is not None else "-"
                                                                       for v in values) + " |")
     else:
         lines.append("No environment field differs between the runs.")
+    redaction = doc.get("redaction", {})
+    if redaction.get("enabled"):
+        counts = ", ".join(f"{n} {kind}" for kind, n in redaction.get("counts", {}).items()) or "nothing found"
+        lines += ["", f"_Redacted before sharing: {md_text(counts)}. Pseudonyms are consistent within this comparison._"]
+    else:
+        lines += ["", "_Redaction: off._"]
     return "\n".join(lines) + "\n"
 
 

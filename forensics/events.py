@@ -19,6 +19,7 @@ Event kinds are one enum with named groups, defined here and nowhere else:
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from dataclasses import dataclass, field
@@ -161,6 +162,78 @@ class PyException:
     cut: bool = False                  # the input ends before the exception line
 
 
+# --- numbers a line can claim -------------------------------------------------------------
+#
+# A log line is data: "rank 99999999999999999999" parses, and a Python int holds it, but the
+# timeline's columns (forensics/columns.py: 8-byte arrays, pandas/numpy int64, Parquet) do
+# not - a worker process died of OverflowError sending it (issue 20).  Nothing real comes
+# near these bounds, so an event that claims a number past them is set aside as a problem
+# line of its input (ParsedSource.set_aside_out_of_range), never carried on:
+#
+# - ranks: 0 <= rank < 2**31 (torch.distributed keeps ranks in a C int);
+# - pids: 0 <= pid < 2**32 (Linux caps pids at 2**22; a Windows process id is a DWORD);
+# - every other integer an event carries (line numbers, counts, exit and error codes,
+#   sizes), at any depth of its attributes (a traceback's frames too): a signed 64-bit
+#   integer.
+RANK_LIMIT = 1 << 31
+PID_LIMIT = 1 << 32
+INT64_MIN, INT64_MAX = -(1 << 63) + 1, (1 << 63) - 1     # -2**63 itself is the columns' "no value"
+
+
+def _limit_for(key: str) -> tuple[str, int, int] | None:
+    """(what, lowest, highest) for an integer under ``key`` when the key names a rank or
+    a pid (``subject_pid``, ``local_rank``, ``parallel_ranks``), else None."""
+    low = key.lower()
+    if low == "pid" or low.endswith(("_pid", "pids")):
+        return "pid", 0, PID_LIMIT - 1
+    if low == "rank" or low.endswith(("_rank", "ranks")):
+        return "rank", 0, RANK_LIMIT - 1
+    return None
+
+
+def _digits(value: int) -> str:
+    """``value`` for a problem line, cut: a claimed number may have thousands of digits."""
+    if value.bit_length() <= 80:
+        return str(value)
+    return "of more than 24 digits"
+
+
+def number_out_of_range(value: Any, key: str = "") -> str | None:
+    """What is out of range in ``value`` (an int, or a JSON-like structure of them, or a
+    dataclass such as a traceback's frames, read under ``key``; a dict's keys and a
+    dataclass's fields name what their values are where they name a rank or a pid, else
+    the values are what ``key`` says), e.g. "rank 99999999999999999999"; None when every
+    number fits.  Every event passes through here: the common leaves are tested first."""
+    kind = type(value)
+    if kind is str or value is None or kind is float or kind is bool:
+        return None
+    if isinstance(value, int):          # bool is out of the way above
+        what, lowest, highest = _limit_for(key) or ("number", INT64_MIN, INT64_MAX)
+        return None if lowest <= value <= highest else f"{what} {_digits(value)}"
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            if type(v) is not str:
+                found = number_out_of_range(v, key)
+                if found:
+                    return found
+        return None
+    if isinstance(value, Mapping):
+        items = value.items()
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        # a traceback's exceptions and frames (attrs["chain"]): a frame's line number too
+        fields = getattr(value, "__dict__", None)
+        items = fields.items() if fields is not None else \
+            ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+    else:
+        return None
+    for k, v in items:
+        if type(v) is not str and v is not None:
+            found = number_out_of_range(v, k if isinstance(k, str) and _limit_for(k) else key)
+            if found:
+                return found
+    return None
+
+
 @dataclass(frozen=True)
 class Event:
     """One thing that happened, on one process, seen at one place in one input."""
@@ -179,6 +252,14 @@ class Event:
     host: str | None = None            # node / container the line came from, when a wrapper said
     seq: int = 0                       # position in the source, for stable ordering
     attrs: Mapping[str, Any] = field(default_factory=FrozenAttrs)
+
+    def out_of_range(self) -> str | None:
+        """The first number this event claims past the bounds above, or None."""
+        for key in ("rank", "pid", "line", "seq"):
+            found = number_out_of_range(getattr(self, key), key)
+            if found:
+                return found
+        return number_out_of_range(self.attrs)
 
     @property
     def where(self) -> str:

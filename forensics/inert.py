@@ -29,6 +29,43 @@ _ESCAPES = re.compile(
 )
 
 
+# --- names --------------------------------------------------------------------------------
+
+def _escaped(ch: str) -> str:
+    if ch == "\\":
+        return "\\\\"
+    code = ord(ch)
+    if 0xDC80 <= code <= 0xDCFF:
+        # an undecodable byte of the name (Python keeps it as a surrogate): \xNN, the
+        # only escape with NN of 80 and above - a character is \u00NN
+        return f"\\x{code - 0xDC00:02x}"
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+_NAME_ESCAPES = re.compile(r"[^ -\[\]-~]")     # anything but printable ASCII other than "\"
+
+
+def name(text: object) -> str:
+    """A file, folder or archive-member name as every output shows it: one line, each
+    character either itself or an escape, so that two different names never look alike.
+
+    - undecodable bytes (kept by Python as surrogates) as ``\\xNN`` (NN of 80 and above);
+    - control characters (newline, ESC, C1), invisible ones (zero-width U+200B-U+200F,
+      U+2060-U+2064, U+FEFF, the bidi controls U+202A-U+202E and U+2066-U+2069, U+2028/9)
+      and every other character Python does not call printable as ``\\xNN`` (below 80)
+      or ``\\uNNNN`` - ``server\\u200b.log`` does not read as ``server.log``, and a
+      newline in a name cannot forge a line of a listing or a manifest;
+    - a backslash as ``\\\\``: the name made of the bytes ff fe and the one literally
+      spelt ``\\xff\\xfe`` are shown differently.
+
+    Printable non-ASCII text (``rank-é.log``, CJK) is kept as it is."""
+    value = str(text)
+    return _NAME_ESCAPES.sub(lambda m: m.group(0) if m.group(0) != "\\" and m.group(0).isprintable()
+                             else _escaped(m.group(0)), value)
+
+
 def plain(text: object, *, newlines: bool = False) -> str:
     """Text with every control character and escape sequence removed.  Newlines are
     turned into spaces unless ``newlines``."""
@@ -71,6 +108,18 @@ def md_code(text: object, *, table: bool = False) -> str:
     return span.replace("|", "\\|") if table else span
 
 
+def md_html(text: object, *, code: bool = False) -> str:
+    """Log text (a file name, a label) inside an HTML block of Markdown - GitHub's
+    ``<details><summary>...</summary>``.  Such a line is raw HTML, not Markdown: backslash
+    escapes and code spans mean nothing there, so ``md_text``/``md_code`` would let a name
+    load ``<img src=...>`` or open a ``<!--`` that hides the rest of the issue.  The text
+    is HTML-escaped instead, and @mentions and #123 references are broken as in
+    ``md_text`` (GitHub links them in an HTML block's text too, except inside ``<code>``);
+    ``code``: in a ``<code>`` element."""
+    value = html.escape(_MENTION.sub("\\1\u200b", plain(text)), quote=True)   # escaped last: "&#x27;" keeps its "#"
+    return f"<code>{value}</code>" if code else value
+
+
 def md_fence(text: str, info: str = "text") -> str:
     """A fenced code block that no line inside can close: the fence is longer than any
     run of backticks in the text."""
@@ -105,6 +154,30 @@ def script_json(value: object) -> str:
     text = json.dumps(_plain_data(value), default=str, ensure_ascii=False)
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+# --- CSV (spreadsheets) ------------------------------------------------------------------
+
+# What makes a spreadsheet read a cell as a formula (OWASP's CSV injection list: = + - @,
+# and TAB and CR, which some applications strip before looking), with their full-width
+# forms, which some spreadsheets fold to the ASCII ones.
+_FORMULA_START = tuple("=+-@\t\r\uff1d\uff0b\uff0d\uff20")
+
+
+def csv_cell(value: object) -> object:
+    """A text cell of an exported timeline, inert in a spreadsheet and a terminal.
+
+    Every CSV, to a file or to stdout, loses escape sequences and control characters
+    but TAB and newline (``plain``): a CSV is read with ``cat`` and ``less`` as often as
+    with a spreadsheet, and the cell's text is all that a log line said.  Newlines stay
+    (the CSV writer quotes the cell).  A cell that would start a formula
+    (``=HYPERLINK(...)``, ``@SUM``, ``-2+3``) gets OWASP's prefix, a single quote, so the
+    spreadsheet shows it as text.  Anything but a string (numbers, times, missing
+    values) is returned unchanged."""
+    if not isinstance(value, str):
+        return value
+    text = plain(value, newlines=True)
+    return "'" + text if text.startswith(_FORMULA_START) else text
 
 
 # --- shell ------------------------------------------------------------------------------

@@ -135,7 +135,7 @@ def find_cuda_error(text: str) -> ErrorMatch | None:
             continue
         line = groups.get("line")
         return ErrorMatch(error=error, form=form.id, api=groups.get("api") or form.api,
-                          file=groups.get("file"), line=int(line) if line and line.isdigit() else None)
+                          file=groups.get("file"), line=claimed_int(line) if line and line.isdigit() else None)
     inner = _message_texts().search(text) if "encountered" in text or "error" in text.lower() else None
     if inner:
         error = lookup_error(inner.group("text"))
@@ -239,6 +239,26 @@ def noise_patterns() -> tuple[tuple[str, re.Pattern], ...]:
     return tuple((e["id"], re.compile(e["pattern"])) for e in load("noise")["noise"])
 
 
+# --- numbers read from logs ------------------------------------------------------------------
+#
+# Here, in the one module every stage may import (inputs, parsers, the timeline), so that
+# every digit string a log holds becomes a number the same way.  The bounds a number must
+# then fit are forensics/events.py's (number_out_of_range).
+
+LONGEST_NUMBER = 40     # digits: any longer is past every bound of forensics/events.py
+
+
+def claimed_int(text: str) -> int:
+    """``int(text)`` for digits read from a log.  Python refuses to convert more than
+    4,300 digits (ValueError: a 1 MB line of them would fail the reader of the whole
+    input); a number past LONGEST_NUMBER digits is past every bound anyway, so it comes
+    back as 10**LONGEST_NUMBER, to be set aside like any other number out of range."""
+    digits = text.strip().lstrip("+")
+    if len(digits.lstrip("-").lstrip("0")) > LONGEST_NUMBER:
+        return -(10 ** LONGEST_NUMBER) if digits.startswith("-") else 10 ** LONGEST_NUMBER
+    return int(digits)
+
+
 # --- Processes ----------------------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
@@ -255,7 +275,7 @@ def role_and_rank(process_name: str | None) -> tuple[str | None, int | None]:
         match = pattern.fullmatch(process_name)
         if match:
             rank = match.groupdict().get("rank")
-            return role, int(rank) if rank is not None else None
+            return role, claimed_int(rank) if rank is not None else None
     return None, None
 
 

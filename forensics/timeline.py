@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 from forensics import knowledge
 from forensics.columns import FRAME_COLUMNS, EventColumns
-from forensics.events import Event, Kind, freeze
+from forensics.events import Event, Kind, freeze, number_out_of_range
 
 # vLLM V0 (LLMEngine, "Initializing an LLM engine (v0.x)"): the engine process prints its
 # records without a process prefix and runs the driver worker, rank 0, in-process.
@@ -92,7 +92,9 @@ def rank_from_path(path: str) -> int | None:
     for pattern in _RANK_FILE:
         match = pattern.search(path)
         if match:
-            return int(match.group("rank"))
+            rank = knowledge.claimed_int(match.group("rank"))
+            # a file name is no line to set aside: a rank no process can have is no hint
+            return rank if number_out_of_range(rank, "rank") is None else None
     return None
 
 

@@ -271,4 +271,5 @@ def test_the_same_report_from_several_ranks_is_shown_once():
     case = forensics.analyze(Path(__file__).resolve().parents[1] / "samples" / "gpu_tp4_oob_del_cumemfree")
     text = case.report("markdown")
     assert text.count("Connection closed by peer") == 1
-    assert "rank 0\\: collateral, rank 1\\: collateral, rank 3\\: collateral" in text
+    # the evidence label, in a <details><summary> line: HTML-escaped, not Markdown-escaped
+    assert "<summary>rank 0: collateral, rank 1: collateral, rank 3: collateral" in text

@@ -271,8 +271,11 @@ def test_markdown_has_no_live_construct(hostile_reports):
 
 
 def _outside_code(markdown: str) -> str:
-    """The Markdown with fenced blocks and code spans removed (what GitHub renders as markup)."""
+    """The Markdown with fenced blocks, code spans and the report's own ``<code>``
+    elements (HTML-escaped text in a <details> summary: no tag inside) removed (what
+    GitHub renders as markup)."""
     text = re.sub(r"^(`{3,})[^\n]*\n.*?^\1\s*$", "", markdown, flags=re.S | re.M)
+    text = re.sub(r"<code>[^<]*</code>", "", text)
     return re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", text, flags=re.S)
 
 

@@ -15,7 +15,7 @@ import zipfile
 from pathlib import PurePosixPath
 from typing import BinaryIO, Iterator
 
-from forensics.inputs.sources import SNIFF_BYTES, Source, classify
+from forensics.inputs.sources import SNIFF_BYTES, STDIN_NAME, Source, classify, display_name
 
 MAX_MEMBERS = 10_000
 MAX_MEMBER_BYTES = 8 << 30          # expanded size of one member
@@ -93,7 +93,7 @@ def members(archive: Source, depth: int = 1) -> Iterator[Source]:
 
 def _member_source(archive: Source, name: str, stream: BinaryIO, size: int | None, depth: int,
                    limit: int) -> Iterator[Source]:
-    relpath = f"{archive.relpath}!{name}"
+    relpath = f"{archive.relpath}!{display_name(name)}"
     head = stream.read(SNIFF_BYTES)
     used = {"done": False}
 
@@ -130,7 +130,7 @@ def _tar_members(archive: Source, depth: int) -> Iterator[Source]:
             if member.isdir():
                 continue
             if member.issym() or member.islnk():
-                yield _skipped(archive, member.name, f"link to {member.linkname!r}; not followed")
+                yield _skipped(archive, member.name, f"link to '{display_name(member.linkname)}'; not followed")
                 continue
             if not member.isfile():
                 yield _skipped(archive, member.name, "device, fifo or special file; skipped")
@@ -158,8 +158,10 @@ def _zip_members(archive: Source, depth: int) -> Iterator[Source]:
         with archive.open_binary() as raw:
             held = raw.read(MAX_NESTED_ZIP_BYTES + 1)
         if len(held) > MAX_NESTED_ZIP_BYTES:
-            yield _skipped(archive, "", f"a zip inside an archive larger than {MAX_NESTED_ZIP_BYTES >> 20} MiB; "
-                                        "extract it and give it to forensics directly")
+            what = "a zip read from stdin" if archive.relpath == STDIN_NAME else "a zip inside an archive"
+            yield _skipped(archive, "", f"{what} larger than {MAX_NESTED_ZIP_BYTES >> 20} MiB (a zip is read from "
+                                        "its end: it must be held in memory); save it to a file and give forensics "
+                                        "that file")
             return
         handle = io.BytesIO(held)
     total = 0
@@ -209,4 +211,5 @@ def _zip_members(archive: Source, depth: int) -> Iterator[Source]:
 
 
 def _skipped(archive: Source, name: str, why: str) -> Source:
-    return Source(f"{archive.relpath}!{name}", None, "unknown", problems=(f"{archive.relpath}!{name}: {why}",))
+    relpath = f"{archive.relpath}!{display_name(name)}"
+    return Source(relpath, None, "unknown", problems=(f"{relpath}: {why}",))

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from typing import Iterator
 
 from forensics import knowledge
+from forensics.knowledge import claimed_int
 
 MAX_JOINED = 1 << 20          # a partial record is joined up to this many characters
 GLUED_MIN = 160               # only lines at least this long are looked at for lost newlines
@@ -223,7 +224,7 @@ class Normaliser:
                     if match.groupdict().get("partial") == "P":
                         partial = True
                     if wrapper.id == "torch-rank":
-                        ranks.append(int(match.group("rank")))
+                        ranks.append(claimed_int(match.group("rank")))
                     _take(fields, match, override=_NESTING.get(wrapper.id, set()))
                     body = match.groupdict().get("body")
                     text = body if body is not None else text[match.end():]
@@ -267,7 +268,7 @@ def _take(fields: dict, match: re.Match, override: set = frozenset()) -> None:
             fields.pop("host" if key == "ip" else key, None)
         if key in _INT_FIELDS:
             try:
-                fields.setdefault(key, int(value))
+                fields.setdefault(key, claimed_int(value))
             except ValueError:
                 pass
         elif key == "time":

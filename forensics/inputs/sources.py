@@ -10,6 +10,7 @@ read to that size), folders by depth and by the number of readable files.
 from __future__ import annotations
 
 import bz2
+import dataclasses
 import functools
 import io
 import lzma
@@ -17,10 +18,12 @@ import os
 import stat
 import sys
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
+
+from forensics import inert
 
 SNIFF_BYTES = 64 * 1024
 STDIN_NAME = "<stdin>"
@@ -45,15 +48,26 @@ class InputLimitError(OSError):
     """Reading an input went past a safety cap (a decompression bomb)."""
 
 
-def display_name(name: str) -> str:
-    """A file name as text that every output can carry: undecodable bytes (kept by
-    Python as surrogates) are shown as \\xNN."""
+class OutputIsInput(ValueError):
+    """A file the command is to write is one of its inputs: writing it would destroy
+    the evidence (``forensics analyze . -o server.log`` from inside the folder)."""
+
+
+def file_identity(path: str | os.PathLike) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the file at ``path``, through links (a symbolic link is the
+    file it points at, a hard link is the same inode); None when there is none yet."""
     try:
-        name.encode("utf-8")
-        return name
-    except UnicodeEncodeError:
-        raw = os.fsencode(name)
-        return raw.decode("utf-8", errors="backslashreplace")
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def display_name(name: str) -> str:
+    """A file name as text that every output can carry and no two names share (the rule
+    is forensics.inert.name: undecodable bytes, control and invisible characters and
+    backslashes escaped)."""
+    return inert.name(name)
 
 
 @dataclass(frozen=True)
@@ -71,6 +85,7 @@ class Source:
     opener: Callable[[], BinaryIO] | None = None   # streams (stdin, archive members): read once
     forced: str | None = None    # the --kind the user forced, if any
     in_bulk: bool = False        # one of many files of a large bundle: the fast path reads it
+    identity: tuple[int, int] | None = None   # (st_dev, st_ino) of a file on disk, as listed
 
     @property
     def is_plain_file(self) -> bool:
@@ -246,6 +261,23 @@ class Walk:
     readable: int = 0
     empty: int = 0
     skipped_links: int = 0
+    # files the command will write ((st_dev, st_ino) -> the name given): an input found
+    # to be one of them stops discovery (OutputIsInput) before anything is written
+    outputs: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    def protect(self, *paths: str | None) -> None:
+        """Refuse, while discovering, any input that is one of ``paths`` (None: skipped)."""
+        for path in paths:
+            identity = file_identity(path) if path else None
+            if identity is not None:
+                self.outputs[identity] = str(path)
+
+    def check(self, source: Source) -> None:
+        output = self.outputs.get(source.identity) if source.identity is not None else None
+        if output is not None:
+            raise OutputIsInput(f"refusing to write {display_name(output)}: it is the input {source.relpath} (the "
+                                "same file, or a link to it), and writing it would destroy the evidence; give an "
+                                "output path outside the inputs")
 
 
 def discover(paths: list[str], *, follow_links: bool = False, walk: Walk | None = None,
@@ -256,7 +288,11 @@ def discover(paths: list[str], *, follow_links: bool = False, walk: Walk | None 
     for given in paths:
         walk.given += 1
         if given == "-":
-            yield stdin_source(stdin)
+            # a log, or a bundle (ssh node tar cz logs | forensics analyze -): the stream's
+            # first bytes say which, and an archive's members are read from it in turn
+            source = stdin_source(stdin)
+            walk.check(source)
+            yield from _expand(source)
             continue
         path = Path(given)
         if not os.path.lexists(path):
@@ -264,6 +300,7 @@ def discover(paths: list[str], *, follow_links: bool = False, walk: Walk | None 
             continue
         if path.is_dir():
             for source in _walk(path, follow_links, walk):
+                walk.check(source)
                 if source.readable and source.size != 0:
                     counted += 1
                     if counted > MAX_FILES:
@@ -273,7 +310,9 @@ def discover(paths: list[str], *, follow_links: bool = False, walk: Walk | None 
                         return
                 yield from _expand(source)
         else:
-            yield from _expand(sniff(path, display_name(given)))
+            source = sniff(path, display_name(given))
+            walk.check(source)
+            yield from _expand(source)
 
 
 def _expand(source: Source) -> Iterator[Source]:
@@ -400,7 +439,17 @@ def stdin_source(stream: BinaryIO | None = None) -> Source:
         return io.BufferedReader(Prefixed(head, raw), buffer_size=1 << 20)
 
     source = classify(STDIN_NAME, None, head, size=None, mtime=None, opener=opener)
-    return source
+    return dataclasses.replace(source, identity=_stream_identity(raw))
+
+
+def _stream_identity(stream) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of a stream that is a file on disk (``< server.log``), else None
+    (a pipe, a terminal, an in-memory stream): ``-o server.log`` would destroy it too."""
+    try:
+        st = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
 def sniff(path: Path, relpath: str) -> Source:
@@ -419,7 +468,8 @@ def sniff(path: Path, relpath: str) -> Source:
                       problems=(f"{relpath}: permission denied; run with read access to include it",))
     except OSError as exc:
         return Source(relpath, path, "unknown", problems=(f"{relpath}: cannot read ({exc.strerror or exc})",))
-    return classify(relpath, path, head, size=st.st_size, mtime=datetime.fromtimestamp(st.st_mtime))
+    source = classify(relpath, path, head, size=st.st_size, mtime=datetime.fromtimestamp(st.st_mtime))
+    return dataclasses.replace(source, identity=(st.st_dev, st.st_ino))
 
 
 def classify(relpath: str, path: Path | None, head: bytes, *, size: int | None,

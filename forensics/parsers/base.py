@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from forensics import knowledge
 from forensics.columns import EventColumns
-from forensics.events import Event, clip
+from forensics.events import Event, clip, number_out_of_range
 
 # the name a source's dominant format is shown under (JSON sources[].kind)
 KIND_NAMES = {"vllm": "vllm-log", "sglang": "sglang-log", "glog": "c10-log", "nccl": "nccl-log",
@@ -78,6 +79,45 @@ class ParsedSource:
         events = state["events"]
         state["events"] = events.to_events() if isinstance(events, EventColumns) else events
         self.__dict__.update(state)
+
+    def set_aside_out_of_range(self) -> None:
+        """Events and traffic that claim a number past the bounds of forensics/events.py
+        (a 20-digit rank) become problem lines: their lines are counted as unparsed, so
+        the line accounting still adds up, and nothing downstream (the columns a worker
+        sends, the pandas timeline) meets a number it cannot hold."""
+        kept, moved, example = [], set(), None
+        for event in self.events:
+            # the rank a process name implies (Worker_TP<n>) is read from it later: checked now
+            found = event.out_of_range() or number_out_of_range(knowledge.role_and_rank(event.process)[1], "rank")
+            if found is None:
+                kept.append(event)
+                continue
+            example = example or f"{found} in the record at line {event.line}"
+            if event.line not in moved:
+                moved.add(event.line)
+                if self.lines is not None and self.event_lines > 0:
+                    self.event_lines -= 1
+                    self.unparsed_lines = (self.unparsed_lines or 0) + 1
+        self.events = kept
+        traffic, counted = [], 0
+        for entry in self.traffic:
+            found = number_out_of_range({"pid": entry.pid, "rank": entry.rank, "count": entry.count,
+                                         "facts": entry.facts, "process_rank": knowledge.role_and_rank(entry.process)[1]})
+            if found is None:
+                traffic.append(entry)
+                continue
+            example = example or f"{found} at line {entry.first_line}"
+            counted += entry.count
+        if counted:
+            self.traffic = traffic
+            moved_count = min(counted, self.counted_lines)
+            self.counted_lines -= moved_count
+            self.unparsed_lines = (self.unparsed_lines or 0) + moved_count
+        if example is not None:
+            n = len(moved) + counted
+            self.problems.append(f"{n:,} line(s) claim a number too large to be real ({example}): counted as "
+                                 "unparsed, not read as events (ranks must be below 2**31, pids below 2**32, "
+                                 "other numbers must fit in 64 bits)")
 
     def count_unparsed(self, lineno: int, text: str, keep: int = 5) -> None:
         self.unparsed_lines = (self.unparsed_lines or 0) + 1

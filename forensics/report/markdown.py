@@ -5,7 +5,8 @@ template ("Describe the bug", then "Your current environment"), the causal chain
 processes, the checklist, a Mermaid timeline and the evidence in collapsible blocks.
 
 Nothing from a log is live here: names and messages outside code are escaped (no
-emphasis, links, images, HTML, headings, @mentions or #123 references), inline values
+emphasis, links, images, HTML, headings, @mentions or #123 references), text inside the
+``<details><summary>`` HTML blocks is HTML-escaped (no Markdown applies there), inline values
 are code spans whose fence no backtick inside can close, and evidence sits in fenced
 blocks longer than any backtick run inside them.  GitHub refuses bodies over 65,536
 characters: the evidence is trimmed to fit, never the verdict, and the report says so.
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from forensics.inert import md_code, md_fence, md_text
+from forensics.inert import md_code, md_fence, md_html, md_text
 
 GITHUB_LIMIT = 65_536
 MAX_CHAIN = 24
@@ -240,7 +241,8 @@ def _mm(text) -> str:
 
 
 def _evidence_block(item: dict) -> str:
-    return (f"<details><summary>{md_text(item['label'])} - {md_code(item['source'])}</summary>\n\n"
+    # the summary line is raw HTML (an HTML block): HTML-escaped, not Markdown-escaped
+    return (f"<details><summary>{md_html(item['label'])} - {md_html(item['source'], code=True)}</summary>\n\n"
             f"{md_fence(item['text'])}\n</details>\n\n")
 
 

@@ -575,7 +575,7 @@ def pid_from_name(path: str) -> int | None:
     for pattern in _PID_NAMES:
         m = pattern.match(name)
         if m:
-            pid = int(m.group("pid"))
+            pid = knowledge.claimed_int(m.group("pid"))
             return pid if 0 < pid <= PID_MAX else None
     return None
 

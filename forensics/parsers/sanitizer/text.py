@@ -147,7 +147,7 @@ def _thread_block(line: str):
     m = _terminal("BY_LINE").match(line if line.endswith("\n") else line + "\n")
     if not m:
         return None, None
-    nums = tuple(int(g) for g in m.groups()[:6])
+    nums = tuple(knowledge.claimed_int(g) for g in m.groups()[:6])
     return nums[:3], nums[3:]
 
 
@@ -271,7 +271,7 @@ class SanitizerAssembler:
     # --- events -----------------------------------------------------------------------
 
     def events(self, start_seq: int) -> list[Event]:
-        pids = [int(p) for p in self.session.get("Process ID", []) if p.isdigit()]
+        pids = [knowledge.claimed_int(p) for p in self.session.get("Process ID", []) if p.isdigit()]
         pid = pids[0] if len(pids) == 1 else None
         out = []
         seq = start_seq
@@ -343,7 +343,7 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
         attrs.update(kernel_signature=kernel_sig, kernel=_plain_kernel(kernel_sig), pc_offset=pc,
                      kernel_source=location, accesses=[r.headline] + r.details)
         hazards = re.findall(r"\[(\d+) hazards?\]", " ".join(r.details))
-        attrs["hazards"] = sum(int(h) for h in hazards) if hazards else None
+        attrs["hazards"] = sum(knowledge.claimed_int(h) for h in hazards) if hazards else None
     if r.address:
         attrs["address"] = r.address
         attrs["address_note"] = r.address_note
@@ -368,7 +368,7 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
         if m:
             found = knowledge.find_cuda_error(m.group(1))
             err = found.error if found else knowledge.lookup_error(m.group(2))
-            attrs.update(api=m.group(4), error_name=m.group(1), error_code=int(m.group(2)))
+            attrs.update(api=m.group(4), error_name=m.group(1), error_code=knowledge.claimed_int(m.group(2)))
             if err:
                 attrs["cuda_error"] = err
     severity = Severity.ERROR

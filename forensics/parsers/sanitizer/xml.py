@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 from forensics.parsers.base import ParsedSource
 from forensics.parsers.sanitizer.text import Finding, Report, _finding_event
 from forensics.inputs.sources import Source
+from forensics.knowledge import claimed_int
 
 
 def _text(node, path: str, default=None):
@@ -23,7 +24,7 @@ def _xyz(node, path: str):
     if found is None:
         return None
     try:
-        return tuple(int(_text(found, axis, "0")) for axis in ("x", "y", "z"))
+        return tuple(claimed_int(_text(found, axis, "0")) for axis in ("x", "y", "z"))
     except ValueError:
         return None
 

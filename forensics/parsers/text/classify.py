@@ -101,7 +101,7 @@ def traceback_event(chain: tuple[PyException, ...], nlines: int, make):
     raised = _RAISED_FROM.search(final.message) if "Exception raised from" in final.message else None
     if raised:
         attrs.update(raised_function=raised.group("function"), raised_file=raised.group("file"),
-                     raised_line=int(raised.group("line")))
+                     raised_line=knowledge.claimed_int(raised.group("line")))
     if err is not None:
         attrs.update(error_attrs(err))
         attrs["error_exception"] = f"{carrier.type}: {carrier.message.splitlines()[0] if carrier.message else ''}"

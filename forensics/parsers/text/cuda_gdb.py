@@ -17,6 +17,7 @@ from lark.exceptions import LarkError
 
 from forensics import grammar, names
 from forensics.events import Event, Kind, Severity, freeze
+from forensics.knowledge import claimed_int
 
 _LWP = re.compile(r"Thread (?P<n>\d+) .*?\(LWP (?P<lwp>\d+)\)|\[Switching to thread (?P<sn>\d+) \(Thread \S+ \(LWP (?P<slwp>\d+)\)\)\]")
 
@@ -140,7 +141,7 @@ class CudaGdbCollector:
         elif kind == "lwp_line":
             m = _LWP.search(text)
             if m and (m.group("n") == "1" or m.group("sn") == "1"):
-                self.pid = int(m.group("lwp") or m.group("slwp"))
+                self.pid = claimed_int(m.group("lwp") or m.group("slwp"))
             used = False
         elif kind == "terminated":
             used = True
@@ -232,7 +233,7 @@ def _event(stop: Stop, relpath: str, seq: int, pid: int | None, tables: dict, co
              "focus": stop.focus, "thread_name": stop.thread_name, "coredump": coredump}
     if stop.launch:
         dims = re.findall(r"\((\d+),(\d+),(\d+)\)", stop.launch)
-        attrs["grid"], attrs["block"] = [tuple(int(x) for x in d) for d in dims[:2]]
+        attrs["grid"], attrs["block"] = [tuple(claimed_int(x) for x in d) for d in dims[:2]]
     if stop.args:
         attrs["args"] = stop.args
     for row in tables.get("kernels", []):

@@ -14,6 +14,7 @@ from lark.exceptions import LarkError
 
 from forensics import grammar
 from forensics.events import Kind, Severity
+from forensics.knowledge import claimed_int
 from forensics.parsers.text.block import BlockResult, unparsable
 
 START = re.compile(r"={20,}\s*$")
@@ -35,7 +36,7 @@ class _ToSummary(Transformer):
         return failure
 
     def failure(self, index, *fields):
-        out = {"index": int(index)}
+        out = {"index": claimed_int(index)}
         for field in fields:
             out.update(field)
         return out
@@ -52,10 +53,10 @@ class _ToSummary(Transformer):
         return {"host": str(value or "").strip() or None}
 
     def rank(self, rank, local_rank):
-        return {"rank": int(rank), "local_rank": int(local_rank)}
+        return {"rank": claimed_int(rank), "local_rank": claimed_int(local_rank)}
 
     def exitcode(self, code, pid, _signal=None):
-        return {"exit_code": int(code), "pid": int(pid)}
+        return {"exit_code": claimed_int(code), "pid": claimed_int(pid)}
 
     def error_file(self, value=None):
         text = str(value or "").strip()

@@ -23,6 +23,7 @@ from lark import Token, Tree
 from lark.exceptions import LarkError
 
 from forensics import grammar
+from forensics.knowledge import claimed_int
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +113,13 @@ def record_of(fmt: str, tree: Tree) -> Record:
         elif name == "SECONDS":
             fields["uptime"] = float(text)
         elif name in ("LINENO", "PID"):
-            fields[name.lower()] = int(text)
+            fields[name.lower()] = claimed_int(text)
         elif name in ("FILEINFO", "HOST", "LOGGER"):
             fields[name.lower()] = text
         elif name == "RANK_KIND":
             kind = text
         elif name == "RANK":
-            ranks.append((kind or "RANK", int(text)))
+            ranks.append((kind or "RANK", claimed_int(text)))
             kind = None
     if ranks:
         named = dict(ranks)

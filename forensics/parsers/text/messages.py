@@ -93,7 +93,7 @@ def typed_fields(entry: knowledge.MessagePattern, match: re.Match) -> dict:
         kind = types.get(key)
         if kind == "int":
             try:
-                out[key] = int(value)
+                out[key] = knowledge.claimed_int(value)
             except ValueError:
                 continue
         elif kind == "float":
@@ -169,7 +169,7 @@ def read_scheduler(text: str) -> dict:
     for key in _DUMP_KEYS:
         match = re.search(rf"\b{key}'?(?:=|: )\{{?(?:'[^']*': )?\[?(\d+)", head)
         if match:
-            out[key] = int(match.group(1))
+            out[key] = knowledge.claimed_int(match.group(1))
     ids = re.findall(r"req_ids=\[([^\]]*)\]|req_id='([^']+)'", head)
     flat = [x for pair in ids for x in pair if x]
     if flat:

@@ -46,7 +46,7 @@ class _ToCrash(Transformer):
         return ("what", str(text).strip())
 
     def absl_head(self, signal, when, cpu):
-        return {"signal_name": str(signal), "cpu": int(cpu)}
+        return {"signal_name": str(signal), "cpu": knowledge.claimed_int(cpu)}
 
     def native_frame(self, head, text):
         return ("frame", str(text).strip())
@@ -120,7 +120,7 @@ def crash_event(crash: dict, make):
     raised = _RAISED_FROM.match(crash.get("raised_from") or "")
     if raised:
         attrs.update(raised_function=raised.group("function"), raised_file=raised.group("file"),
-                     raised_line=int(raised.group("line")))
+                     raised_line=knowledge.claimed_int(raised.group("line")))
     if crash["crash"] == "cxx-exception":
         attrs["signal_name"] = "SIGABRT"      # std::terminate aborts the process
         message = f"terminate called after throwing {crash.get('cxx_type') or 'an exception'}"

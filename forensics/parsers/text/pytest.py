@@ -19,6 +19,7 @@ from lark.exceptions import LarkError
 
 from forensics import grammar
 from forensics.events import Frame, PyException
+from forensics.knowledge import claimed_int
 from forensics.parsers.text.block import BlockResult, unparsable
 
 # "____ test_x[1] ____" (a long name leaves one "_" each side); not the "_ _ _" rule
@@ -99,7 +100,7 @@ class PytestBlock:
             elif LOCATION.match(text):
                 fields = _fields("location", text)
                 function = fields.get("FUNC") or (test if not frames and not chain and not link else None)
-                frames.append(Frame(fields["PATH"], int(fields["LINENO"]), function, code))
+                frames.append(Frame(fields["PATH"], claimed_int(fields["LINENO"]), function, code))
                 code = None
                 if fields.get("EXC_SHORT"):
                     finish(fields["EXC_SHORT"])

@@ -14,6 +14,7 @@ from lark.exceptions import LarkError
 
 from forensics import grammar
 from forensics.events import Frame, Kind, Severity
+from forensics.knowledge import claimed_int
 from forensics.parsers.text.block import BlockResult, unparsable
 
 FAULTHANDLER_START = re.compile(r"(?:Fatal Python error: |Windows fatal exception: |Timeout \([\d:.]+\)!$)")
@@ -45,7 +46,7 @@ class _Faulthandler(Transformer):
         return {"thread": None, "current": True, "frames": tuple(i for i in items if isinstance(i, Frame))}
 
     def frame(self, path, lineno, func):
-        return Frame(str(path), int(lineno), str(func).strip())
+        return Frame(str(path), claimed_int(lineno), str(func).strip())
 
     def extensions(self, rest):
         return None
@@ -58,7 +59,7 @@ class _PySpy(Transformer):
         return process, threads
 
     def process(self, pid, command):
-        return (int(pid), str(command))
+        return (claimed_int(pid), str(command))
 
     def parent(self, pid, command):
         return None
@@ -72,7 +73,7 @@ class _PySpy(Transformer):
         return {"thread": str(ident), "state": str(state), "name": name, "frames": frames}
 
     def frame(self, func, file, *rest):
-        lineno = next((int(r) for r in rest if getattr(r, "type", None) == "LINENO"), None)
+        lineno = next((claimed_int(r) for r in rest if getattr(r, "type", None) == "LINENO"), None)
         return Frame(str(file), lineno, str(func).strip())
 
     def var(self, _line):

@@ -115,7 +115,7 @@ def _rank_in(message: str) -> int | None:
     for pattern in _rank_hints():        # anchored: a miss costs one character
         m = pattern.match(message)
         if m:
-            return int(m.group("rank"))
+            return knowledge.claimed_int(m.group("rank"))
     return None
 
 
@@ -425,7 +425,7 @@ class _Run:
             if "raised_file" not in event.attrs:
                 self.out.events[self.last_error] = replace(event, attrs=freeze({
                     **event.attrs, "raised_function": m.group("function"), "raised_file": m.group("file"),
-                    "raised_line": int(m.group("line"))}))
+                    "raised_line": knowledge.claimed_int(m.group("line"))}))
 
     def _traffic(self, line: Line, rec: Record, template: str, facts: dict) -> None:
         env = line.env

@@ -191,9 +191,9 @@ def _quoted(exc: PyException, quoting: PyException, local, nlines: int, make):
     who = knowledge.quoted_process(f"{quoting.type}: {quoting.message}") or {}
     changes = {}
     if "pid" in who:
-        changes.update(pid=int(who["pid"]), rank=None, host=who.get("ip"), process=who.get("process"))
+        changes.update(pid=knowledge.claimed_int(who["pid"]), rank=None, host=who.get("ip"), process=who.get("process"))
     if "rank" in who:
-        changes.update(rank=int(who["rank"]))
+        changes.update(rank=knowledge.claimed_int(who["rank"]))
         if "pid" not in who:
             changes.update(pid=None, process=None)
     return replace(event, **changes, attrs=freeze({**event.attrs, "quoted_in": local.where,
@@ -268,7 +268,7 @@ class _ToExceptions(Transformer):
                 code = item[6:]
             elif item is not None:
                 func = str(item).strip() or None
-        return Frame(str(path), int(lineno), func, code)
+        return Frame(str(path), knowledge.claimed_int(lineno), func, code)
 
     def code(self, line, *_more):
         return "\0code:" + str(line).strip()
