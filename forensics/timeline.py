@@ -26,6 +26,15 @@ from forensics.events import Event, Kind, freeze, number_out_of_range
 # records without a process prefix and runs the driver worker, rank 0, in-process.
 V0_ENGINE = "rank:0"
 
+# The process that wrote a file whose lines name no process (a console pasted as it was)
+STREAM = "stream:"
+MAIN_PROCESS = "main process"
+# Lines no program prints about itself: the kernel's log, facts about the machine, a core
+# file's contents
+NOT_A_PROGRAMS_LINE = frozenset({Kind.XID, Kind.ENVIRONMENT, Kind.CORE_DUMP, Kind.CUDA_GDB})
+# a debugger's lines are about the program it debugs, not about itself
+DEBUGGER_LINES = ("gdb-", "cuda-gdb-")
+
 ROLE_PRIORITY = {"worker": 0, "engine-core": 1, "api-server": 2, "launcher": 3}
 
 # Per-rank files, as launchers and users name them: worker_TP2.log, rank2.log, rank-2,
@@ -47,6 +56,13 @@ class ProcessInfo:
     rank: int | None = None
     rank_basis: str | None = None
     sources: set[str] = field(default_factory=set)
+
+
+def _programs_line(event: Event) -> bool:
+    """A line a program prints about itself (not the kernel's, a debugger's about its
+    inferior, or facts about the machine)."""
+    return event.kind not in NOT_A_PROGRAMS_LINE and \
+        not str(event.attrs.get("message_id") or "").startswith(DEBUGGER_LINES)
 
 
 def _vllm_v0(event: Event) -> bool:
@@ -109,6 +125,9 @@ class ProcessTable:
         self._shared_pids: set[tuple[str | None, int]] = set()
         self._died: dict[int, datetime | None] = {}     # id(info) -> when a launcher reported it dead
         self._bus_rank: dict[tuple[str | None, int], int] = {}  # (host, PCI bus id) -> rank, from NCCL's init
+        # files no line of which says who wrote it (a paste of one program's console):
+        # one process wrote them, "the main process" of that file
+        self._stream_sources: set[str] = set()
 
     # -- learning ------------------------------------------------------------------
 
@@ -154,9 +173,11 @@ class ProcessTable:
                 ranks_of_pid.setdefault((event.host, event.pid), set()).add(event.rank)
             if _vllm_v0(event):
                 self._v0_sources.add(event.source)
-            facts = per_file.setdefault(event.source, {"prefixed": False, "ranks": set()})
+            facts = per_file.setdefault(event.source, {"prefixed": False, "ranks": set(), "program": False})
             if event.pid is not None or event.process or event.rank is not None:
                 facts["prefixed"] = True
+            if _programs_line(event):
+                facts["program"] = True
             if event.kind == Kind.PROCESS_IDENTITY and isinstance(event.attrs.get("rank"), int) \
                     and event.pid is None and not event.process:
                 facts["ranks"].add(event.attrs["rank"])
@@ -173,6 +194,13 @@ class ProcessTable:
                 hinted = rank_from_path(source)
                 if hinted is not None and not facts["ranks"]:
                     self._file_rank[source] = hinted
+                elif source not in self._v0_sources and facts["program"]:
+                    self._stream_sources.add(source)
+        if len(self._stream_sources) > 1:
+            # several files whose lines name no process: one program's console and its
+            # sanitizer log, or per-rank files not named by rank - which, the lines
+            # cannot tell
+            self._stream_sources.clear()
 
     def _key_of(self, event: Event) -> str | None:
         if self._v0_engine(event):
@@ -189,6 +217,8 @@ class ProcessTable:
             return f"rank:{rank}" + (f"@{event.host}" if event.host else "")
         if event.process:
             return f"name:{event.process}" + (f"@{event.host}" if event.host else "")
+        if event.source in self._stream_sources and _programs_line(event):
+            return STREAM + event.source
         return None
 
     def _info(self, key: str) -> ProcessInfo:
@@ -208,6 +238,8 @@ class ProcessTable:
             return
         info = self._info(key)
         info.sources.add(event.source)
+        if key.startswith(STREAM):
+            info.name = info.name or MAIN_PROCESS
         if (event.host, event.pid) in self._shared_pids and event.rank is not None:
             event = replace(event, pid=None)          # the relaying parent's pid is not this rank's
         if key == V0_ENGINE and self._v0_engine(event):

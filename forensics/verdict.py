@@ -167,6 +167,8 @@ class FirstFailure:
     basis: str
     what: str
     launcher_opinion: str | None = None     # torchrun's "Root Cause", when it differs
+    key: str | None = None                  # the process's identity (its story's key); None: undecided
+    name: str | None = None                 # its name, for a process with neither rank nor pid
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,8 @@ def _same(ident: dict, process: dict | None) -> bool:
     """Does the report's process (or first_failure record) stand for the truth's identity?"""
     if process is None:
         return False
+    if ident.get("key") is not None and process.get("key") is not None:
+        return process["key"] == ident["key"]
     if ident.get("rank") is not None and process.get("rank") is not None:
         return process["rank"] == ident["rank"]
     if ident.get("pid") is not None and process.get("pid") is not None:
@@ -187,7 +189,7 @@ def _grade_first(truth: dict, verdict: dict, processes: list[dict]) -> list[Grad
     if "first_failure" not in truth:
         return []
     first = verdict.get("first_failure") or {}
-    named = first.get("rank") is not None or first.get("pid") is not None
+    named = first.get("rank") is not None or first.get("pid") is not None or first.get("key") is not None
     said = first.get("who") if named else "undecided" if first else "none"
     want = truth["first_failure"]
     if want == "none":
@@ -196,7 +198,8 @@ def _grade_first(truth: dict, verdict: dict, processes: list[dict]) -> list[Grad
         return [Grade("first_failure", not named, said, "undecided")]
     if want.get("rank") is None and want.get("pid") is None:       # by name: through the process table
         found = find_process(want, processes)
-        right = named and found is not None and _same({"rank": found.get("rank"), "pid": found.get("pid")}, first)
+        right = named and found is not None and _same({"key": found.get("key"), "rank": found.get("rank"),
+                                                       "pid": found.get("pid")}, first)
     else:
         right = named and _same(want, first)
     return [Grade("first_failure", right, said, _who(want))]

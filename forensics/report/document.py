@@ -79,8 +79,9 @@ def _verdict(v: Verdict) -> dict:
                               "confidence": origin.confidence.value, "notes": list(origin.notes),
                               "evidence": [{"kind": e.kind, "source": e.source, "text": e.text} for e in origin.evidence]}
                              if origin is not None and not origin.kernel else None),
-        "first_failure": ({"who": (who(v.first_failure.rank, v.first_failure.pid)
-                                   if v.first_failure.rank is not None or v.first_failure.pid is not None else "undecided"), "rank": v.first_failure.rank, "pid": v.first_failure.pid, "time": iso(v.first_failure.time),
+        "first_failure": ({"who": (who(v.first_failure.rank, v.first_failure.pid, v.first_failure.name)
+                                   if v.first_failure.key is not None or v.first_failure.rank is not None
+                                   or v.first_failure.pid is not None else "undecided"), "key": v.first_failure.key, "rank": v.first_failure.rank, "pid": v.first_failure.pid, "time": iso(v.first_failure.time),
                            "basis": v.first_failure.basis, "what": v.first_failure.what,
                            "launcher_opinion": v.first_failure.launcher_opinion} if v.first_failure else None),
         "collateral": list(v.collateral),
@@ -96,7 +97,7 @@ def _verdict(v: Verdict) -> dict:
 
 
 def _rank(r) -> dict:
-    return {"who": who(r.rank, r.pid, r.name or r.role), "rank": r.rank, "pid": r.pid, "role": r.role, "status": r.status.value, "exit_code": r.exit_code,
+    return {"who": who(r.rank, r.pid, r.name or r.role), "key": r.key, "rank": r.rank, "pid": r.pid, "role": r.role, "status": r.status.value, "exit_code": r.exit_code,
             "name": r.name, "host": r.host, "other_pids": list(r.other_pids), "first_error": r.first_error,
             "first_error_source": r.first_error_source, "failure": r.failure}
 

@@ -14,7 +14,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from forensics import story
 from forensics.events import Event, Kind
+from forensics.story import Stories
 from forensics.timeline import ProcessTable
 from forensics.verdict import Verdict
 
@@ -42,7 +44,18 @@ class Evidence:
     kb_entries: tuple = ()
     traffic: tuple = ()
     notes: tuple[str, ...] = ()
+    told: Stories | None = None          # the stories, when the pipeline built them (else on first use)
     _by_kind: dict = field(default_factory=dict, compare=False, repr=False)
+    _told: list = field(default_factory=list, compare=False, repr=False)
+
+    @property
+    def stories(self) -> Stories:
+        """Every process's story (forensics/story.py): what its lines say happened to it."""
+        if self.told is not None:
+            return self.told
+        if not self._told:
+            self._told.append(story.tell(self.events, self.processes))
+        return self._told[0]
 
     def of_kind(self, *kinds: Kind) -> list[Event]:
         if not self._by_kind:

@@ -5,119 +5,68 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics import knowledge
-from forensics.events import OWN_FAILURE, RELAY, Event, Kind, clip, freeze
+from forensics.events import RELAY, Event, Kind, clip
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.rules.errors import reported, tool_reported_errors
-from forensics.timeline import ProcessInfo
-from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status, rank_list, ranks_phrase
+from forensics.story import (FIRST_HAND, NOTICED, Seen, Story, consequence_of_timeout, crash_signal,  # noqa: F401
+                             first_timeout_event, signal_number)
+from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status, rank_list, ranks_phrase, who
 
-# Evidence of a process's own failure (as opposed to noticing someone else's).
-OWN = OWN_FAILURE | {Kind.XID, Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP}
-# Relays that still say a process died on its own: a worker reported dead, a child
-# that exited on a signal.
-DEATHS = {Kind.WORKER_DIED, Kind.CHILD_FAILED}
 _WEIGHT = {Kind.XID: 0, Kind.CORE_DUMP: 0, Kind.SANITIZER: 0, Kind.CUDA_GDB: 0, Kind.DEVICE_ASSERT: 1,
            Kind.CUDA_ERROR: 1, Kind.OOM: 2, Kind.FATAL_SIGNAL: 3, Kind.WORKER_DIED: 4, Kind.CHILD_FAILED: 4,
            Kind.EXCEPTION: 5}
-_TIMEOUT_WORDS = ("timeout", "timed out", "Timeout")
-
-
-def consequence_of_timeout(event: Event, first_timeout: Event | None = None) -> bool:
-    """An abort or exception that only reports a collective timeout (the watchdog taking
-    the process down after the timeout): part of the hang, not a failure of its own.
-    ``first_timeout`` is the earliest collective timeout of the run: the watchdog's abort
-    printed after it is its consequence even when the abort's what() line - the one that
-    would quote the timeout - is missing (cut by the process dying, or never flushed)."""
-    if event.kind not in (Kind.FATAL_SIGNAL, Kind.EXCEPTION, Kind.NCCL):
-        return False
-    text = event.message + " " + str(event.attrs.get("what") or "")
-    if any(w in text for w in _TIMEOUT_WORDS):
-        return True
-    return (event.kind == Kind.FATAL_SIGNAL and not event.attrs.get("what") and first_timeout is not None
-            and event.attrs.get("cxx_type") in knowledge.watchdog_exceptions() and _after(event, first_timeout))
-
-
-def _after(event: Event, earlier: Event) -> bool:
-    """Whether ``event`` was printed no earlier than ``earlier``: by their times, or by
-    line order in one file when either has no time."""
-    if event.time is not None and earlier.time is not None:
-        return event.time >= earlier.time
-    return event.source == earlier.source and event.line > earlier.line
-
-
-def _first_timeout_event(evidence: Evidence) -> Event | None:
-    """The earliest collective timeout of the last run (by time, then log order)."""
-    timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if not e.attrs.get("earlier_run")]
-    if not timeouts:
-        return None
-    stamped = [e for e in timeouts if e.time is not None]
-    return min(stamped, key=lambda e: (e.time, e.seq)) if stamped else timeouts[0]
 
 
 def _own_failures(evidence: Evidence) -> list[Event]:
-    out = []
-    unowned_gpu_faults = []
-    first_timeout = _first_timeout_event(evidence)
-    for event in evidence.events:
-        if event.attrs.get("earlier_run"):
-            continue
-        if event.kind in OWN and not consequence_of_timeout(event, first_timeout):
-            if event.kind == Kind.XID:
-                entry = knowledge.xid_catalogue().get(event.attrs.get("xid"), {})
-                # an application fault names its process; a hardware Xid counts when the
-                # GPU it names is known to be a rank's (NCCL's busId, nvidia-smi)
-                hardware = entry.get("lean") == "hardware" and (event.rank is not None or event.pid is not None)
-                if not entry.get("app_fault") and not hardware:
-                    if entry.get("lean") in ("hardware", "driver"):
-                        unowned_gpu_faults.append(event)
-                    continue
-            if event.kind == Kind.SANITIZER and event.attrs.get("report") in ("summary", "leak", "api_error", "other"):
-                continue
-            if event.kind == Kind.CORE_DUMP and not event.attrs.get("kernel") and \
-                    event.attrs.get("message_id") != "coredump-exception":
-                continue
-            if event.kind == Kind.EXCEPTION and event.role in ("api-server", "launcher"):
-                continue
-            out.append(event)
+    """Every first-hand failure of the run (the stories' device faults and own errors,
+    signed or not), in timeline order."""
+    stories = evidence.stories
+    found = [o.event for s in stories.stories for o in s.all(*FIRST_HAND)]
+    found += [o.event for o in stories.unattributed if o.seen in FIRST_HAND]
+    if found:
+        return sorted(found, key=lambda e: e.seq)
     # a kernel log alone (or beside logs that show nothing failing): a GPU that fell off
     # the bus or asks for a reset is the failure, whoever used it
-    return out or unowned_gpu_faults[:1]
+    gpu = [e for e in evidence.of_kind(Kind.XID) if not e.attrs.get("earlier_run")
+           and knowledge.xid_catalogue().get(e.attrs.get("xid"), {}).get("lean") in ("hardware", "driver")]
+    return gpu[:1]
+
+
+def _death(observation) -> bool:
+    """Whether a line about a process says it died on its own: a summary's crash signal,
+    a child that exited on a signal, a worker reported dead (SIGTERM and SIGKILL in a
+    summary are the launcher stopping the others; exit code 1 is a child that raised,
+    whose own traceback tells more)."""
+    event = observation.event
+    code = event.attrs.get("exit_code")
+    if event.attrs.get("from_summary"):
+        return crash_signal(code)
+    if event.kind == Kind.CHILD_FAILED:
+        return isinstance(code, int) and code < 0
+    return event.kind == Kind.WORKER_DIED
 
 
 def _deaths(evidence: Evidence) -> list[tuple[Event, int | None, int | None, str]]:
-    """(event, pid, rank, words) for processes a relay reports dead on their own."""
-    from dataclasses import replace
+    """(event, pid, rank, words) for processes a relay reports dead on their own: one per
+    process (a launcher summary first, its times are the failures' own)."""
     out = []
-    table = evidence.processes
-    summarised: set[int] = set()
-    # a launcher summary's failures killed by a signal, each at the time the summary gives
-    for event in evidence.of_kind(Kind.LAUNCHER_SUMMARY):
-        for failure in [event.attrs.get("root_cause") or {}] + list(event.attrs.get("failures") or []):
-            code, pid = failure.get("exit_code"), failure.get("pid")
-            if _signal_number(code) not in _CRASH_SIGNALS or not isinstance(pid, int) or pid in summarised:
-                continue         # SIGTERM/SIGKILL: the launcher stopping the others
-            summarised.add(pid)
-            info = table.by_pid(pid)
-            rank = info.rank if info and info.rank is not None else failure.get("rank")
-            derived = replace(event, kind=Kind.CHILD_FAILED, time=failure.get("failed_at") or event.time,
-                              attrs=freeze({"exit_code": code, "subject_pid": pid, "subject_rank": rank,
-                                            "from_summary": event.where}))
-            out.append((derived, pid, rank, death_words(f"pid {pid}", code)))
-    for event in evidence.of_kind(*DEATHS):
-        code = event.attrs.get("exit_code")
-        if event.kind == Kind.CHILD_FAILED and not (isinstance(code, int) and code < 0):
-            continue                        # exit code 1: it raised; its own traceback tells more
-        if event.attrs.get("subject_pid") in summarised:
-            continue
-        info = table.by_pid(event.attrs.get("subject_pid")) if event.attrs.get("subject_pid") is not None else \
-            table.by_name(event.attrs.get("subject_process"))
-        if info is None and isinstance(event.attrs.get("subject_rank"), int):
-            info = table.by_rank(event.attrs["subject_rank"])
-        pid = info.pid if info else event.attrs.get("subject_pid")
-        rank = info.rank if info else event.attrs.get("subject_rank")
-        name = event.attrs.get("subject_process") or (info.name if info else None) or (f"pid {pid}" if pid else None) \
-            or (f"rank {rank}" if rank is not None else "a worker")
-        out.append((event, pid, rank, death_words(name, code)))
+    stories = evidence.stories
+    for s in stories.stories:
+        killed = [o for o in s.all(Seen.KILLED) if _death(o)]
+        killed.sort(key=lambda o: not o.event.attrs.get("from_summary"))
+        if killed:
+            e = killed[0].event
+            name = e.attrs.get("subject_process") or s.name or (f"pid {s.pid}" if s.pid else None) \
+                or (f"rank {s.rank}" if s.rank is not None else "a worker")
+            out.append((e, s.pid if s.pid is not None else e.attrs.get("subject_pid"),
+                        s.rank if s.rank is not None else e.attrs.get("subject_rank"),
+                        death_words(name.split("::")[-1], e.attrs.get("exit_code"))))
+    for o in stories.unattributed:
+        if o.seen == Seen.KILLED and _death(o):
+            e = o.event
+            name = e.attrs.get("subject_process") or "a worker"
+            out.append((e, e.attrs.get("subject_pid"), e.attrs.get("subject_rank"),
+                        death_words(name.split("::")[-1], e.attrs.get("exit_code"))))
     return out
 
 
@@ -175,6 +124,10 @@ class CollectiveHang(Rule):
 def _first_timeout(evidence: Evidence):
     times = [e.time for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if e.time is not None]
     return min(times) if times else None
+
+
+def _first_timeout_event(evidence: Evidence) -> Event | None:
+    return first_timeout_event(evidence.of_kind(Kind.COLLECTIVE_TIMEOUT))
 
 
 def _timeout_death(event: Event, first_timeout=None) -> bool:
@@ -260,6 +213,28 @@ class Candidate:
     pid: int | None
     rank: int | None
     what: str
+    key: str | None = None          # the story it comes from (None: a line no process signed)
+    name: str | None = None
+
+
+def _candidates(evidence: Evidence) -> list[Candidate]:
+    """Every first-hand failure of every story, and every death a relay reports.  A
+    process that noticed another's failure before it failed itself (a broken pipe that
+    then raises) is a candidate only when no process failed without noticing first."""
+    stories = evidence.stories
+    found, after_noticing = [], []
+    for story in stories.stories:
+        into = after_noticing if story.noticed_before_failing is not None else found
+        into += [Candidate(o.event, story.pid, story.rank, describe(o.event), story.key, story.name)
+                 for o in story.all(*FIRST_HAND)]
+    found += [Candidate(o.event, o.event.pid, o.event.rank, describe(o.event)) for o in stories.unattributed
+              if o.seen in FIRST_HAND]
+    if not found and not after_noticing:
+        found = [Candidate(e, e.pid, e.rank, describe(e)) for e in _own_failures(evidence)]
+    keys = {s.pid: s for s in stories.stories if s.pid is not None}
+    deaths = [Candidate(e, pid, rank, words, keys[pid].key if pid in keys else None,
+                        keys[pid].name if pid in keys else None) for e, pid, rank, words in _deaths(evidence)]
+    return (found or after_noticing) + deaths
 
 
 class FirstFailureRule(Rule):
@@ -287,8 +262,11 @@ class FirstFailureRule(Rule):
             what = f"{o.fault} in {o.kernel}" if o.kernel else o.fault
             time = next((e.time for e in own if (o.pid is not None and e.pid == o.pid) or
                          (o.pid is None and e.rank == o.rank)), None)
+            story = next((s for s in evidence.stories.stories if (o.pid is not None and s.has(o.pid)) or
+                          (o.pid is None and s.rank == o.rank and s.role in (None, "worker"))), None)
             verdict.first_failure = FirstFailure(o.rank, o.pid, time, f"origin evidence: {what}", what,
-                                                 _differs(launcher, o.rank))
+                                                 _differs(launcher, o.rank), key=story.key if story else None,
+                                                 name=story.name if story else None)
             verdict.failure_kind = _kind(evidence, verdict, own[0] if own else None)
             verdict.explain(f"Rank {o.rank} failed first: its own kernel faulted (origin evidence).")
             return
@@ -296,8 +274,7 @@ class FirstFailureRule(Rule):
         if hang is not None:
             self._hang(evidence, verdict, hang, launcher)
             return
-        candidates = [Candidate(e, e.pid, e.rank, describe(e)) for e in own]
-        candidates += [Candidate(e, pid, rank, words) for e, pid, rank, words in _deaths(evidence)]
+        candidates = _candidates(evidence)
         if not candidates:
             candidates = [Candidate(e, e.pid, e.rank, f"{e.attrs['api']} returned {reported(e).name} "
                                                       "(seen by compute-sanitizer)")
@@ -373,7 +350,9 @@ class FirstFailureRule(Rule):
         # a process without a rank (a single-process run) is still named by its pid;
         # only a tie leaves both unnamed
         verdict.first_failure = FirstFailure(rank, None if undecided else earliest.pid, event.time, basis,
-                                             earliest.what, _differs(launcher, rank))
+                                             earliest.what, _differs(launcher, rank),
+                                             key=None if undecided else earliest.key,
+                                             name=None if undecided else earliest.name)
         verdict.failure_kind = _kind(evidence, verdict, kind_event or event)
         verdict.explain(f"Rank {rank} (pid {earliest.pid}) failed first: {basis}.")
 
@@ -387,8 +366,9 @@ class FirstFailureRule(Rule):
             what = f"rank {rank} never joined {what_op}"
             basis = (f"{ranks_phrase(hang.waited)} timed out waiting in {what_op}; rank {rank} did not: it is the one that did not "
                      "join (hung or dead before it)" + (f"; it was {hang.culprit_doing}" if hang.culprit_doing else ""))
-            verdict.first_failure = FirstFailure(rank, evidence.processes.pid_of_rank(rank), first.time, basis, what,
-                                                 _differs(launcher, rank))
+            info = evidence.processes.by_rank(rank)
+            verdict.first_failure = FirstFailure(rank, info.pid if info else None, first.time, basis, what,
+                                                 _differs(launcher, rank), key=info.key if info else None)
         else:
             basis = (f"{ranks_phrase(hang.waited)} timed out waiting in {what_op}; the logs cannot tell which rank is late"
                      + (f" (candidates: {', '.join(map(str, hang.suspects))})" if hang.suspects else ""))
@@ -533,25 +513,11 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
     if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED):
         # a crash signal (segfault, abort, bus error...) is the process's own fatal
         # signal; SIGKILL and SIGTERM came from outside (the OOM killer, a launcher)
-        number = _signal_number(event.attrs.get("exit_code"))
-        return FailureKind.FATAL_SIGNAL if number in _CRASH_SIGNALS else FailureKind.WORKER_KILLED
+        return FailureKind.FATAL_SIGNAL if crash_signal(event.attrs.get("exit_code")) else FailureKind.WORKER_KILLED
     if event.kind == Kind.FATAL_SIGNAL:
         signal = event.attrs.get("signal_name") or event.attrs.get("signal_text")
         return FailureKind.WORKER_KILLED if signal in ("Killed", "SIGKILL") else FailureKind.FATAL_SIGNAL
     return FailureKind.PYTHON_EXCEPTION
-
-
-_CRASH_SIGNALS = {4, 5, 6, 7, 8, 11, 31}     # SIGILL SIGTRAP SIGABRT SIGBUS SIGFPE SIGSEGV SIGSYS
-
-
-def _signal_number(code) -> int | None:
-    """The signal an exit status says killed the process: -N (Python's returncode) or
-    128+N (a shell's)."""
-    if not isinstance(code, int):
-        return None
-    if code < 0:
-        return -code
-    return code - 128 if 128 < code < 160 else None
 
 
 def missing_ranks(evidence: Evidence, environment) -> list[int]:
@@ -601,13 +567,7 @@ class RankStatuses(Rule):
     writes = ("ranks",)
 
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
-        table = evidence.processes
         exit_codes = _exit_codes(evidence)
-        per_key: dict[str, list[Event]] = {}
-        for event in evidence.events:
-            info = table.info_of(event)
-            if info is not None:
-                per_key.setdefault(info.key, []).append(event)
         deaths: dict[int, str] = {}
         rank_deaths: dict[int, str] = {}    # a launcher reports a rank dead without its pid (TGI "Shard 1 crashed")
         for e, pid, rank, words in _deaths(evidence):
@@ -617,21 +577,13 @@ class RankStatuses(Rule):
                 deaths.setdefault(pid, words)
             elif rank is not None:
                 rank_deaths.setdefault(rank, words)
-        about: dict[str, list[Event]] = {}      # lines about a process written by another (force killing pid N)
-        for event in evidence.of_kind(Kind.SHUTDOWN):
-            subject = table.by_pid(event.attrs.get("subject_pid")) if event.attrs.get("subject_pid") is not None else None
-            if subject is not None:
-                about.setdefault(subject.key, []).append(event)
         first = verdict.first_failure
-        origin = verdict.origin
-        hang = verdict.hang
         out = []
-        for info in table.processes():
-            mine = per_key.get(info.key, [])
-            rank_death = rank_deaths.get(info.rank) if info.role in (None, "worker") else None
-            out.append(self._status(info, mine, about, exit_codes, deaths, first, origin, hang, verdict,
-                                    bool(evidence.of_kind(Kind.SHUTDOWN)), _first_timeout_event(evidence),
-                                    rank_death))
+        shutdown_seen = bool(evidence.of_kind(Kind.SHUTDOWN))
+        for story in evidence.stories.stories:
+            rank_death = rank_deaths.get(story.rank) if story.role in (None, "worker") else None
+            out.append(self._status(story, exit_codes, deaths, first, verdict.origin, verdict.hang, verdict,
+                                    shutdown_seen, rank_death))
         out = self._went_down_with_the_job(evidence, verdict, out)
         verdict.ranks = tuple(out)
         collateral = [v for v in out if v.status == Status.COLLATERAL]
@@ -639,41 +591,48 @@ class RankStatuses(Rule):
             verdict.explain("Collateral: " + ", ".join(label(v) for v in collateral)
                             + " went down because another process failed.")
 
-    def _status(self, info: ProcessInfo, mine: list[Event], about, exit_codes, deaths, first, origin, hang,
-                verdict, shutdown_seen: bool = False, first_timeout: Event | None = None,
+    def _status(self, story: Story, exit_codes, deaths, first, origin, hang, verdict, shutdown_seen: bool = False,
                 rank_death: str | None = None) -> RankVerdict:
-        own = [e for e in mine if e.kind in OWN and not consequence_of_timeout(e, first_timeout)
-               and not e.attrs.get("earlier_run")
-               and not (e.kind == Kind.EXCEPTION and info.role in ("api-server", "launcher"))]
-        relays = [e for e in mine if e.kind in RELAY | {Kind.SHUTDOWN} and not e.attrs.get("earlier_run")
-                  and not (e.kind == Kind.HTTP and (e.attrs.get("status") or 0) < 500)
-                  and not (e.kind == Kind.SHUTDOWN and e.attrs.get("subject_pid") is not None)]
-        relays += [e for e in about.get(info.key, ()) if not e.attrs.get("earlier_run")]
+        """The status of one process, from its story (docs/reasoning.md, "Statuses")."""
+        own = _most_telling([o.event for o in story.all(*FIRST_HAND)])
+        relays = [o.event for o in story.observations
+                  if o.seen in NOTICED | {Seen.SHUTDOWN} or (o.seen == Seen.WAITING and o.event.kind in RELAY)
+                  or (o.seen == Seen.KILLED and o.event.kind == Kind.SHUTDOWN)]
         relays.sort(key=lambda e: _RELAY_ORDER.index(e.kind) if e.kind in _RELAY_ORDER else len(_RELAY_ORDER))
-
-        code = next((exit_codes[p] for p in sorted(info.pids) if p in exit_codes), None)
-        base = dict(key=info.key, pid=info.pid, rank=info.rank, role=info.role or "unknown", name=info.name,
-                    exit_code=code, other_pids=tuple(sorted(p for p in info.pids if p != info.pid)), host=info.host)
-        is_first = first is not None and ((first.pid is not None and first.pid in info.pids) or
-                                          (first.pid is None and first.rank is not None and first.rank == info.rank
-                                           and info.role in (None, "worker")))
-        if info.role in ("engine-core", "api-server", "launcher") and own and not is_first and first is not None:
+        pids = set(story.pids)
+        code = next((exit_codes[p] for p in story.pids if p in exit_codes), None)
+        base = dict(key=story.key, pid=story.pid, rank=story.rank, role=story.role or "unknown", name=story.name,
+                    exit_code=code, other_pids=tuple(p for p in story.pids if p != story.pid), host=story.host)
+        is_first = first is not None and (first.key == story.key if first.key is not None else
+                                          (first.pid is not None and first.pid in pids) or
+                                          (first.pid is None and first.rank is not None and first.rank == story.rank
+                                           and story.role in (None, "worker")))
+        if story.role in ("engine-core", "api-server", "launcher") and own and not is_first and first is not None:
             relays = relays or own
             own = []
-        if origin is not None and ((origin.pid is not None and origin.pid in info.pids) or
-                                   (origin.pid is None and origin.rank is not None and origin.rank == info.rank)):
-            where = own[0] if own else (mine[0] if mine else None)
+        if origin is not None and ((origin.pid is not None and origin.pid in pids) or
+                                   (origin.pid is None and origin.rank is not None and origin.rank == story.rank)):
+            where = own[0] if own else (story.observations[0].event if story.observations else None)
             fault = f"its kernel {origin.kernel} faulted" if origin.kernel else f"its device work faulted ({origin.fault})"
             return RankVerdict(status=Status.ORIGIN, first_error=clip(where.message, 200) if where else None,
                                first_error_source=where.where if where else None, failure=fault, **base)
-        if hang is not None and info.rank in hang.suspects and len(hang.suspects) == 1:
+        if hang is not None and story.rank in hang.suspects and len(hang.suspects) == 1:
             failure = "never joined the collective its peers waited in" + (f"; {hang.culprit_doing}" if hang.culprit_doing else "")
             return RankVerdict(status=Status.UNKNOWN, failure=failure, **base)
+        noticed = story.noticed_before_failing
+        if own and noticed is not None and not is_first and first is not None:
+            # it noticed a peer's or the engine's failure, then raised in its turn (a
+            # broken pipe, a closed connection): a consequence, not a failure of its own
+            e = noticed.event
+            return RankVerdict(status=Status.COLLATERAL, first_error=clip(e.message, 200), first_error_source=e.where,
+                               failure=_COLLATERAL_WORDS.get(e.kind, e.kind.value) + f"; then {describe(own[0])}",
+                               **base)
         if own:
             e = own[0]
             reported_error = e.kind in (Kind.CUDA_ERROR,) and verdict.error is not None
             if reported_error and origin is not None:
-                status, failure = Status.COLLATERAL, f"reported {verdict.error.name} after rank {origin.rank} faulted"
+                status, failure = Status.COLLATERAL, (f"reported {verdict.error.name} after "
+                                                      f"{who(origin.rank, origin.pid, brief=True)} faulted")
             elif reported_error and first is not None and first.rank is not None and not is_first \
                     and first.time is not None and e.time is not None and e.time > first.time:
                 # the same error, later, on a rank that shares memory or a collective with
@@ -691,13 +650,13 @@ class RankStatuses(Rule):
             return RankVerdict(status=status, first_error=clip(e.message, 200), first_error_source=e.where,
                                failure=failure, **base)
         quiet = first is None and hang is None and verdict.failure_kind is None
-        if quiet and shutdown_seen and (relays or any(p in deaths for p in info.pids)) and all(e.kind in _SHUTDOWN_ECHOES | {Kind.SHUTDOWN}
-                                                             for e in relays):
+        if quiet and shutdown_seen and (relays or pids & set(deaths)) and \
+                all(e.kind in _SHUTDOWN_ECHOES | {Kind.SHUTDOWN} for e in relays):
             # nothing failed: what this process shows is the server stopping itself
             return RankVerdict(status=Status.HEALTHY, failure="stopped by a requested shutdown", **base)
-        if info.pid in deaths or any(p in deaths for p in info.pids) or rank_death is not None:
-            words = deaths.get(info.pid) or next((deaths[p] for p in info.pids if p in deaths), rank_death)
-            crashed = code is not None and _signal_number(code) in _CRASH_SIGNALS
+        if pids & set(deaths) or rank_death is not None:
+            words = deaths.get(story.pid) or next((deaths[p] for p in story.pids if p in deaths), rank_death)
+            crashed = code is not None and crash_signal(code)
             return RankVerdict(status=Status.FAILED if crashed or is_first else Status.UNKNOWN, failure=words, **base)
         if relays:
             e = relays[0]
@@ -712,7 +671,7 @@ class RankStatuses(Rule):
             return RankVerdict(status=Status.COLLATERAL, first_error=clip(e.message, 200), first_error_source=e.where,
                                failure=failure, **base)
         if isinstance(code, int) and code != 0:
-            return RankVerdict(status=Status.UNKNOWN, failure=death_words(info.name, code), **base)
+            return RankVerdict(status=Status.UNKNOWN, failure=death_words(story.name, code), **base)
         return RankVerdict(status=Status.HEALTHY, **base)
 
 
@@ -746,6 +705,17 @@ class RankStatuses(Rule):
                                           failure=f"no lines of this rank in the inputs; it went down with the job "
                                                   f"after {culprit} failed", in_inputs=False))
         return result
+
+
+_TELLING = (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT, Kind.OOM, Kind.FATAL_SIGNAL, Kind.EXCEPTION)
+
+
+def _most_telling(own: list[Event]) -> list[Event]:
+    """A process's first-hand failures with the one that says most first: a CUDA error
+    over the "WorkerProc hit an exception" header printed above it, in time order otherwise."""
+    if any(e.kind in _TELLING[:2] for e in own):
+        return sorted(own, key=lambda e: e.kind not in _TELLING[:2])
+    return sorted(own, key=lambda e: e.kind not in _TELLING)
 
 
 def label(v: RankVerdict) -> str:
