@@ -308,6 +308,11 @@ def startup_messages() -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=None)
+def startup_exceptions() -> frozenset[str]:
+    return frozenset(load("phases")["startup"].get("exceptions", ()))
+
+
+@functools.lru_cache(maxsize=None)
 def _startup_frames() -> dict[str, tuple[str | None, ...]]:
     out: dict[str, list] = {}
     for entry in load("phases")["startup"]["frames"]:

@@ -53,6 +53,11 @@ FIRST_HAND = frozenset({Seen.DEVICE_FAULT, Seen.OWN_ERROR})
 # It learned that someone else failed
 NOTICED = frozenset({Seen.RELAY, Seen.PEER_LOSS})
 
+# Lines a process prints about its own failure, over its own traceback ("WorkerProc hit an
+# exception.", "EngineCore failed to start.", the step in flight dumped): they relay when
+# nothing of its own follows, and say nothing of another process when something does
+ANNOUNCEMENTS = frozenset({Kind.WORKER_EXCEPTION, Kind.ENGINE_FATAL, Kind.SCHEDULER_DUMP})
+
 _CRASH_SIGNALS = frozenset({4, 5, 6, 7, 8, 11, 31})     # SIGILL SIGTRAP SIGABRT SIGBUS SIGFPE SIGSEGV SIGSYS
 _TIMEOUT_WORDS = ("timeout", "timed out", "Timeout")
 # Roles whose exceptions quote a failure elsewhere: the API server sees the engine die,
@@ -100,8 +105,7 @@ class Story:
         """A relay or peer loss of its own printed before its first first-hand failure:
         its error then followed someone else's (a broken pipe raising in its turn)."""
         own = self.own_failure
-        # vLLM's "WorkerProc hit an exception." is a worker's header over its own traceback
-        noticed = next((o for o in self.observations if o.seen in NOTICED and o.event.kind != Kind.WORKER_EXCEPTION),
+        noticed = next((o for o in self.observations if o.seen in NOTICED and o.event.kind not in ANNOUNCEMENTS),
                        None)
         if own is None or noticed is None:
             return None

@@ -293,6 +293,8 @@ class ProcessTable:
             if other.rank is None:
                 other.rank, other.rank_basis = event.attrs["local_rank"], f"{event.where}: local rank at spawn"
             other.role = other.role or "worker"
+        if event.kind in (Kind.SHUTDOWN, Kind.WORKER_DIED, Kind.EXIT) and isinstance(subject_pid, int):
+            self._subject(subject_pid)                  # "Sending process N closing signal SIGTERM"
         subject_rank = event.attrs.get("subject_rank")
         if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED) and isinstance(subject_rank, int) and subject_pid is None:
             other = self._info(f"rank:{subject_rank}")      # "MPI_ABORT was invoked on rank 2", "Shard 1 crashed"

@@ -122,6 +122,9 @@ def _startup_event(evidence: Evidence) -> Event | None:
         if event.kind in OWN_FAILURE | {Kind.EXCEPTION} and any(
                 knowledge.startup_frame(f.function, f.file) for exc in event.chain for f in exc.frames):
             return event
+        if event.kind in OWN_FAILURE | {Kind.EXCEPTION} and \
+                str(event.attrs.get("exception_type") or "").rsplit(".", 1)[-1] in knowledge.startup_exceptions():
+            return event
     return None
 
 

@@ -17,6 +17,25 @@ _WEIGHT = {Kind.XID: 0, Kind.CORE_DUMP: 0, Kind.SANITIZER: 0, Kind.CUDA_GDB: 0, 
            Kind.EXCEPTION: 5}
 
 
+def origin_story(stories, origin) -> Story | None:
+    """The story of the process the origin names: by pid, by rank, or - for a process
+    with neither (the main process of a paste) - the one whose device fault is the
+    origin's evidence."""
+    if origin is None:
+        return None
+    cited = {ref.source for ref in origin.evidence}
+    for story in stories:
+        if origin.pid is not None:
+            if story.has(origin.pid):
+                return story
+        elif origin.rank is not None:
+            if story.rank == origin.rank and story.role in (None, "worker"):
+                return story
+        elif any(o.event.where in cited for o in story.all(Seen.DEVICE_FAULT)):
+            return story
+    return None
+
+
 def _own_failures(evidence: Evidence) -> list[Event]:
     """Every first-hand failure of the run (the stories' device faults and own errors,
     signed or not), in timeline order."""
@@ -219,22 +238,20 @@ class Candidate:
 
 def _candidates(evidence: Evidence) -> list[Candidate]:
     """Every first-hand failure of every story, and every death a relay reports.  A
-    process that noticed another's failure before it failed itself (a broken pipe that
-    then raises) is a candidate only when no process failed without noticing first."""
+    process that noticed another's failure before it failed itself (a peer closed the
+    connection, then it raised) is no candidate: its failure followed another's."""
     stories = evidence.stories
-    found, after_noticing = [], []
-    for story in stories.stories:
-        into = after_noticing if story.noticed_before_failing is not None else found
-        into += [Candidate(o.event, story.pid, story.rank, describe(o.event), story.key, story.name)
-                 for o in story.all(*FIRST_HAND)]
+    found = [Candidate(o.event, story.pid, story.rank, describe(o.event), story.key, story.name)
+             for story in stories.stories if story.noticed_before_failing is None
+             for o in story.all(*FIRST_HAND)]
     found += [Candidate(o.event, o.event.pid, o.event.rank, describe(o.event)) for o in stories.unattributed
               if o.seen in FIRST_HAND]
-    if not found and not after_noticing:
+    if not found and not any(story.own_failure for story in stories.stories):
         found = [Candidate(e, e.pid, e.rank, describe(e)) for e in _own_failures(evidence)]
     keys = {s.pid: s for s in stories.stories if s.pid is not None}
     deaths = [Candidate(e, pid, rank, words, keys[pid].key if pid in keys else None,
                         keys[pid].name if pid in keys else None) for e, pid, rank, words in _deaths(evidence)]
-    return (found or after_noticing) + deaths
+    return found + deaths
 
 
 class FirstFailureRule(Rule):
@@ -257,18 +274,18 @@ class FirstFailureRule(Rule):
         launcher = _launcher_opinion(evidence)
         env = verdict.environment
         own = _own_failures(evidence)
-        if verdict.origin is not None and verdict.origin.rank is not None or verdict.origin is not None and verdict.origin.pid:
+        story = origin_story(evidence.stories.stories, verdict.origin)
+        if verdict.origin is not None and (verdict.origin.rank is not None or verdict.origin.pid or story is not None):
             o = verdict.origin
             what = f"{o.fault} in {o.kernel}" if o.kernel else o.fault
             time = next((e.time for e in own if (o.pid is not None and e.pid == o.pid) or
                          (o.pid is None and e.rank == o.rank)), None)
-            story = next((s for s in evidence.stories.stories if (o.pid is not None and s.has(o.pid)) or
-                          (o.pid is None and s.rank == o.rank and s.role in (None, "worker"))), None)
             verdict.first_failure = FirstFailure(o.rank, o.pid, time, f"origin evidence: {what}", what,
                                                  _differs(launcher, o.rank), key=story.key if story else None,
                                                  name=story.name if story else None)
             verdict.failure_kind = _kind(evidence, verdict, own[0] if own else None)
-            verdict.explain(f"Rank {o.rank} failed first: its own kernel faulted (origin evidence).")
+            verdict.explain(f"{who(o.rank, o.pid, story.name if story else None).capitalize()} failed first: "
+                            "its own kernel faulted (origin evidence).")
             return
         hang = verdict.hang
         if hang is not None:
@@ -499,9 +516,10 @@ def _short(text: str, limit: int = 100) -> str:
 
 def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> FailureKind:
     env = verdict.environment
-    if env.get("phase") == "startup":
-        return FailureKind.STARTUP
     error = verdict.error
+    if env.get("phase") == "startup":
+        # the program never started serving (whatever failed while it started)
+        return FailureKind.STARTUP
     if evidence.of_kind(Kind.DEVICE_ASSERT) or (error is not None and error.name == "CUDA_ERROR_ASSERT"):
         return FailureKind.DEVICE_ASSERT
     if event is None:
@@ -610,8 +628,7 @@ class RankStatuses(Rule):
         if story.role in ("engine-core", "api-server", "launcher") and own and not is_first and first is not None:
             relays = relays or own
             own = []
-        if origin is not None and ((origin.pid is not None and origin.pid in pids) or
-                                   (origin.pid is None and origin.rank is not None and origin.rank == story.rank)):
+        if origin is not None and origin_story((story,), origin) is not None:
             where = own[0] if own else (story.observations[0].event if story.observations else None)
             fault = f"its kernel {origin.kernel} faulted" if origin.kernel else f"its device work faulted ({origin.fault})"
             return RankVerdict(status=Status.ORIGIN, first_error=clip(where.message, 200) if where else None,

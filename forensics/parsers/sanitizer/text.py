@@ -166,6 +166,10 @@ def parse_report(lines: list[str]) -> Report | None:
         return None
 
 
+# The most trailing lines of a record dropped to read the rest after a cut
+CUT_TAIL = 6
+
+
 class SanitizerAssembler:
     """Collects one file's sanitizer lines into reports and collapses them."""
 
@@ -250,6 +254,16 @@ class SanitizerAssembler:
             self.report_lines += len(lines)
             return
         report = parse_report(lines)
+        # a record whose end was cut (a paste, a log that ends mid-write): the record
+        # without its cut tail (a cut line, a backtrace header left without frames); only
+        # the tail stays unparsed
+        keep = len(lines)
+        while report is None and keep > 2 and len(lines) - keep < CUT_TAIL:
+            keep -= 1
+            report = parse_report(lines[:keep])
+        if report is not None and keep < len(lines):
+            self.unparsed.extend(zip(linenos[keep:], lines[keep:]))
+            lines, linenos = lines[:keep], linenos[:keep]
         if report is None:
             self.unparsed.extend(zip(linenos, lines))
             return
