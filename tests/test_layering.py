@@ -1,6 +1,6 @@
 """The package's stage layering, read from the source with ast (nothing is imported).
 
-The pipeline is inputs -> parsers -> events -> timeline -> rules -> verdict -> report
+The pipeline is inputs -> parsers -> events -> timeline -> stories -> rules -> verdict -> report
 document -> renderers (forensics/case.py runs it; cli.py and api.py are thin shells).
 Each stage may use the shared foundations (knowledge, events, grammar, names, inert) and
 the stages before it, never one after it.  Imports made inside functions count (they are
@@ -255,7 +255,7 @@ def test_no_cycle_between_stages_even_counting_deferred_imports():
 # --- the stages --------------------------------------------------------------------------
 
 SHELLS = ("forensics.cli", "forensics.api", "forensics.__main__", "forensics.compare")
-STAGES_AFTER_PARSING = ("forensics.timeline", "forensics.rules", "forensics.verdict", "forensics.case",
+STAGES_AFTER_PARSING = ("forensics.timeline", "forensics.story", "forensics.rules", "forensics.verdict", "forensics.case",
                         "forensics.report", "forensics.redact", "forensics.engines", "forensics.kb")
 
 
@@ -273,9 +273,18 @@ def test_parsers_do_not_reach_into_later_stages():
 
 
 def test_the_timeline_sits_between_events_and_rules():
-    bad = _violations(("forensics.timeline",), ("forensics.inputs", "forensics.parsers", "forensics.rules",
+    bad = _violations(("forensics.timeline",), ("forensics.inputs", "forensics.parsers", "forensics.story",
+                                                "forensics.rules",
                                                 "forensics.verdict", "forensics.case", "forensics.report",
                                                 "forensics.redact", *SHELLS))
+    assert not bad, bad
+
+
+def test_stories_sit_between_the_timeline_and_the_rules():
+    """Stories read events and the process table; no rule, verdict, report or shell."""
+    bad = _violations(("forensics.story",), ("forensics.inputs", "forensics.parsers", "forensics.rules",
+                                             "forensics.verdict", "forensics.case", "forensics.report",
+                                             "forensics.redact", *SHELLS))
     assert not bad, bad
 
 

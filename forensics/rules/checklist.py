@@ -89,9 +89,11 @@ class Checklist(Rule):
         # promises but no input shows (presumed to have gone down with the job) - those are
         # no evidence of where they stopped
         workers = [v for v in verdict.ranks if v.role == "worker" and v.in_inputs]
-        if not workers or (isinstance(tp, int) and len(workers) < tp):
+        if not workers:
             item("every rank went down at the same point", Check.UNKNOWN,
-                 f"logs of {len(workers)} of {tp or '?'} ranks")
+                 "no rank's own lines are in the inputs" + (f" (the run has {tp})" if isinstance(tp, int) else ""))
+        elif isinstance(tp, int) and len(workers) < tp:
+            item("every rank went down at the same point", Check.UNKNOWN, f"logs of {len(workers)} of {tp} ranks")
         elif verdict.failure_kind is None:
             # nothing failed: no rank had to go down, so a rank still standing is no concern
             item("every rank went down at the same point", Check.PASS, "no failure in the inputs: no rank had to go down")

@@ -578,7 +578,9 @@ class RankStatuses(Rule):
     because a peer or its parent did: gloo/NCCL peer errors and timeouts while another
     rank is to blame, parent exited, engine relays, API server saw the engine die, a
     launcher's SIGTERM), healthy (no failure at all) or unknown (killed from outside,
-    the rank that never joined a collective); with its exit code and first error line."""
+    the rank that never joined a collective); with its exit code and first error line.
+    Decided from each process's story (forensics/story.py, docs/reasoning.md section 4):
+    a process that noticed another's failure before its own error is collateral."""
 
     name = "rank-statuses"
     reads = ("origin", "first_failure", "surfaces", "hang", "error", "failure_kind", "environment")
@@ -604,6 +606,10 @@ class RankStatuses(Rule):
                                     shutdown_seen, rank_death))
         out = self._went_down_with_the_job(evidence, verdict, out)
         verdict.ranks = tuple(out)
+        for v in out:
+            # which observation of its story decided each status (forensics analyze --explain)
+            verdict.explain(f"{label(v)}: {v.status} - {v.failure or 'nothing failed in its lines'}"
+                            + (f" [{v.first_error_source}]" if v.first_error_source else ""))
         collateral = [v for v in out if v.status == Status.COLLATERAL]
         if collateral:
             verdict.explain("Collateral: " + ", ".join(label(v) for v in collateral)
@@ -736,7 +742,7 @@ def _most_telling(own: list[Event]) -> list[Event]:
 
 
 def label(v: RankVerdict) -> str:
-    return f"rank {v.rank}" if v.rank is not None else f"{v.name or v.role} (pid {v.pid})"
+    return f"rank {v.rank}" if v.rank is not None else who(None, v.pid, v.name or v.role)
 
 
 def _exit_codes(evidence: Evidence) -> dict[int, int]:

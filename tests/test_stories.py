@@ -1,0 +1,181 @@
+"""Stories (forensics/story.py) and the report's self-consistency over every recording.
+
+Unit tests on hand-built events: what each line says about its process, and the order
+rule (a failure after noticing another's is a consequence).  Properties over every
+recording, every hand-made fixture and generated consoles (docs/reasoning.md): the first
+failure is never healthy or collateral; "No failure found" never stands beside a failed
+process, a CUDA error or an HTTP 5xx; the faulting process is the origin row; the
+verdict's collateral is the table's; a process with a failure of its own is never
+healthy; every status but healthy rests on an observation of its story (or on a rank
+the inputs do not show).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import datetime, timedelta
+
+import pytest
+
+from forensics import story
+from forensics.events import Event, Kind, freeze
+from forensics.report import Options, render
+from forensics.report.document import build
+from forensics.story import Seen
+from forensics.timeline import MAIN_PROCESS, ProcessTable
+from forensics.verdict import Status
+from tests.helpers import analyze_text
+from tests.test_reports import RECORDINGS, case_of
+
+T0 = datetime(2026, 12, 4, 9, 0, 0)
+
+
+def ev(kind: Kind, message: str, *, pid=None, rank=None, line=1, seconds=0, source="log", **attrs) -> Event:
+    return Event(kind=kind, message=message, source=source, line=line, seq=line, pid=pid, rank=rank,
+                 time=T0 + timedelta(seconds=seconds), attrs=freeze(attrs))
+
+
+def stories_of(*events: Event) -> story.Stories:
+    return story.tell(list(events), ProcessTable.learn(list(events)))
+
+
+# --- what a line says about its process ---------------------------------------------------
+
+@pytest.mark.parametrize(("event", "role", "seen"), [
+    (ev(Kind.CUDA_ERROR, "RuntimeError: CUDA error: an illegal memory access was encountered"), "worker",
+     Seen.OWN_ERROR),
+    (ev(Kind.EXCEPTION, "EngineDeadError"), "api-server", Seen.RELAY),
+    (ev(Kind.EXCEPTION, "ValueError: bad"), None, Seen.OWN_ERROR),
+    (ev(Kind.PEER_FAILURE, "Connection closed by peer"), "worker", Seen.PEER_LOSS),
+    (ev(Kind.COLLECTIVE_TIMEOUT, "Watchdog caught collective operation timeout"), "worker", Seen.WAITING),
+    (ev(Kind.FATAL_SIGNAL, "terminate called after throwing ... Watchdog caught collective operation timeout"),
+     "worker", Seen.WAITING),
+    (ev(Kind.SANITIZER, "Invalid __global__ write", report="memcheck"), None, Seen.DEVICE_FAULT),
+    (ev(Kind.SANITIZER, "ERROR SUMMARY: 1 error", report="summary"), None, None),
+    (ev(Kind.HTTP, "POST /v1/completions 500", status=500), "api-server", Seen.RELAY),
+    (ev(Kind.HTTP, "POST /v1/completions 200", status=200), "api-server", None),
+    (ev(Kind.SHUTDOWN, "Shutting down"), None, Seen.SHUTDOWN),
+    (ev(Kind.EXIT, "exited", exit_code=0), None, Seen.EXITED),
+])
+def test_what_a_line_says_about_its_process(event, role, seen):
+    assert story.seen_in(event, role, None) == seen
+
+
+def test_a_failure_after_noticing_a_peer_is_a_consequence_and_a_header_is_not_noticing():
+    stories = stories_of(
+        ev(Kind.PEER_FAILURE, "Connection closed by peer", pid=11, rank=1, line=1),
+        ev(Kind.EXCEPTION, "RuntimeError: gloo", pid=11, rank=1, line=2, seconds=1, exception_type="RuntimeError"),
+        ev(Kind.WORKER_EXCEPTION, "WorkerProc hit an exception.", pid=10, rank=0, line=3, seconds=2),
+        ev(Kind.CUDA_ERROR, "CUDA error: an illegal memory access", pid=10, rank=0, line=4, seconds=2),
+    )
+    by_rank = {s.rank: s for s in stories.stories}
+    assert by_rank[1].noticed_before_failing is not None and by_rank[1].own_failure is not None
+    assert by_rank[0].noticed_before_failing is None and by_rank[0].own_failure.event.kind == Kind.CUDA_ERROR
+
+
+def test_a_death_reported_by_another_process_is_in_the_dead_ones_story():
+    stories = stories_of(
+        ev(Kind.LOG, "started", pid=20, rank=0, line=1),
+        ev(Kind.WORKER_DIED, "Worker proc died unexpectedly", pid=5, line=2, subject_pid=20, exit_code=-11),
+    )
+    dead = next(s for s in stories.stories if s.pid == 20)
+    assert [o.seen for o in dead.observations] == [Seen.KILLED]
+    assert dead.observations[0].reported_by == "pid:5"
+
+
+def test_a_console_that_names_no_process_is_the_main_process():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/app/run.py", line 3, in <module>\n'
+            "    torch.cuda.synchronize()\n"
+            "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    case = analyze_text(text)
+    (row,) = case.verdict.ranks
+    assert row.name == MAIN_PROCESS and row.status == Status.SURFACED
+    assert case.verdict.first_failure.key == row.key
+
+
+def test_a_launcher_quoting_its_childs_failure_names_no_first_failure_of_its_own():
+    text = ("[W1204 09:00:00.000000000 socket.cpp:464] [c10d] recvValue failed: Connection reset by peer\n"
+            "Traceback (most recent call last):\n"
+            '  File "/app/train.py", line 9, in <module>\n'
+            "    dist.barrier()\n"
+            "torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId "
+            "from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer\n")
+    v = analyze_text(text).verdict
+    if v.first_failure is not None and v.first_failure.key is not None:
+        row = next(r for r in v.ranks if r.key == v.first_failure.key)
+        assert row.status not in (Status.COLLATERAL, Status.HEALTHY)
+
+
+# --- self-consistency over every recording and fixture --------------------------------------
+
+GENERATED = [
+    # a worker faults, its peer is told its peer closed the connection, the engine relays
+    "".join([
+        "(VllmWorker rank=0 pid=101) ERROR 12-04 09:00:01 [multiproc_executor.py:1] WorkerProc hit an exception.\n",
+        "(VllmWorker rank=0 pid=101) ERROR 12-04 09:00:01 [multiproc_executor.py:1] RuntimeError: CUDA error: "
+        "an illegal memory access was encountered\n",
+        "(EngineCore_0 pid=90) ERROR 12-04 09:00:02 [core.py:1] EngineCore encountered a fatal error.\n",
+        "(APIServer pid=80) ERROR 12-04 09:00:03 [async_llm.py:1] AsyncLLM output_handler failed.\n",
+        "(APIServer pid=80) INFO:     127.0.0.1:5000 - \"POST /v1/completions HTTP/1.1\" 500 Internal Server Error\n",
+    ]),
+    # nothing failed: a requested shutdown
+    "(APIServer pid=80) INFO 12-04 09:00:00 [launcher.py:1] Shutting down FastAPI HTTP server.\n",
+    # only a relay: the engine died elsewhere
+    "(APIServer pid=80) ERROR 12-04 09:00:03 [serving.py:1] vllm.v1.engine.exceptions.EngineDeadError: "
+    "EngineCore encountered an issue. See stack trace (above) for the root cause.\n",
+]
+
+
+def _consistency(case) -> None:
+    v = case.verdict
+    rows = {r.key: r for r in v.ranks}
+    stories = {s.key: s for s in story.tell(case.events, case.processes).stories}
+    if v.first_failure is not None and v.first_failure.key is not None and v.first_failure.key in rows:
+        assert rows[v.first_failure.key].status not in (Status.HEALTHY, Status.COLLATERAL), v.first_failure
+    if v.origin is not None:
+        shown = [r for r in v.ranks if r.status == Status.ORIGIN]
+        if v.origin.pid is not None or v.origin.rank is not None:
+            assert shown, "the faulting process has no origin row"
+    assert v.collateral == tuple(sorted({r.rank for r in v.ranks if r.status == Status.COLLATERAL
+                                         and r.rank is not None}))
+    if not v.failed:
+        assert v.error is None, "an error code beside 'no failure found'"
+        assert all(r.status != Status.FAILED and r.status != Status.SURFACED for r in v.ranks)
+        assert not any(e.kind == Kind.HTTP and (e.attrs.get("status") or 0) >= 500 for e in case.events
+                       if not e.attrs.get("earlier_run"))
+    for key, row in rows.items():
+        told = stories.get(key)
+        if told is None:
+            assert not row.in_inputs or row.status == Status.HEALTHY, row
+            continue
+        if told.own_failure is not None:
+            assert row.status != Status.HEALTHY, f"{row.key} failed on its own but is healthy"
+        if row.status not in (Status.HEALTHY,) and row.in_inputs:
+            assert told.observations or row.exit_code is not None or (v.hang and row.rank in v.hang.suspects) or \
+                row.status == Status.COLLATERAL, f"{row.key} is {row.status} with nothing in its story"
+    document = json.loads(json.dumps(build(case, timeline_limit=0), default=str))
+    table = {r["key"] for r in document["ranks"] if r["status"] == "collateral"}
+    assert {r.key for r in v.ranks if r.status == Status.COLLATERAL} == table
+    out = io.StringIO()
+    render(build(case), "terminal", out, Options(width=100, color=False, redact=False))
+    for placeholder in ("pid None", "rank None", "logs of 0 of ?", "[]"):
+        assert placeholder not in out.getvalue().split("Timeline around the failure")[0], placeholder
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_recording_is_self_consistent(path):
+    _consistency(case_of(path))
+
+
+@pytest.mark.parametrize("text", GENERATED, ids=range(len(GENERATED)))
+def test_generated_consoles_are_self_consistent(text):
+    _consistency(analyze_text(text))
+
+
+def test_a_process_that_logged_its_own_error_is_never_healthy_on_the_generated_engine():
+    v = analyze_text(GENERATED[0]).verdict
+    worker = next(r for r in v.ranks if r.rank == 0)
+    assert worker.status == Status.SURFACED and v.first_failure.rank == 0
+    assert all(r.status != Status.HEALTHY for r in v.ranks)
