@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable
 if TYPE_CHECKING:
     import pandas as pd
 
-from forensics import engines, kb, rules, story, timeline
+from forensics import engines, kb, rules, timeline
 from forensics.events import Event
 from forensics.inputs.sources import OutputIsInput, Source, Walk, discover, display_name  # noqa: F401 - re-exported
 from forensics.parsers import registry
@@ -142,7 +142,7 @@ def analyze_parsed(parsed: list[ParsedSource], kb_entries=None, walk: Walk | Non
     facts = tuple(SourceFacts(p.relpath, p.kind, tuple(p.formats), bool(set(p.formats) & TOOL_FORMATS))
                   for p in parsed)
     evidence = Evidence(events=current, processes=table, sources=facts, kb_entries=tuple(kb_entries or ()),
-                        traffic=traffic, notes=tuple(notes), told=story.tell(current, table))
+                        traffic=traffic, notes=tuple(notes))
     verdict = rules.run(evidence)
     return Case(sources=parsed, events=events, verdict=verdict, processes=table, walk=walk or Walk())
 

@@ -71,10 +71,6 @@ class Observation:
     event: Event
     reported_by: str | None = None     # the key of the process whose line it is, when not this one's
 
-    @property
-    def time(self):
-        return self.event.time
-
 
 @dataclass(frozen=True)
 class Story:
@@ -119,14 +115,6 @@ class Story:
 class Stories:
     stories: tuple[Story, ...]
     unattributed: tuple[Observation, ...]     # failure lines no process signed
-
-    def of(self, info: ProcessInfo | None) -> Story | None:
-        if info is None:
-            return None
-        return next((s for s in self.stories if s.key == info.key), None)
-
-    def by_key(self, key: str) -> Story | None:
-        return next((s for s in self.stories if s.key == key), None)
 
 
 def _before(a: Event, b: Event) -> bool:
@@ -237,8 +225,8 @@ def seen_in(event: Event, role: str | None, first_timeout: Event | None) -> Seen
     return None
 
 
-def subjects(event: Event, table: ProcessTable) -> list[tuple[ProcessInfo | None, int | None, int | None, Event]]:
-    """(process, pid, rank, event as about it) for each process a line says died or was
+def subjects(event: Event, table: ProcessTable) -> list[tuple[ProcessInfo | None, Event]]:
+    """(process, event as about it) for each process a line says died or was
     killed: an executor's "worker died", a launcher's record or summary of a child, a
     forced kill.  The event is the line's own, or one derived per process from a summary
     (its time the failure's)."""
@@ -255,7 +243,7 @@ def subjects(event: Event, table: ProcessTable) -> list[tuple[ProcessInfo | None
             derived = replace(event, kind=Kind.CHILD_FAILED, time=failure.get("failed_at") or event.time,
                               attrs=freeze({"exit_code": failure.get("exit_code"), "subject_pid": pid,
                                             "subject_rank": rank, "from_summary": event.where}))
-            out.append((info, pid, rank, derived))
+            out.append((info, derived))
         return out
     if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED, Kind.EXIT) or \
             (event.kind == Kind.SHUTDOWN and event.attrs.get("subject_pid") is not None):
@@ -268,7 +256,7 @@ def subjects(event: Event, table: ProcessTable) -> list[tuple[ProcessInfo | None
             return []
         if event.kind == Kind.EXIT and event.attrs.get("exit_code") in (None, 0):
             return []
-        out.append((info, info.pid if info else pid, info.rank if info else event.attrs.get("subject_rank"), event))
+        out.append((info, event))
     return out
 
 
@@ -287,10 +275,12 @@ def tell(events, table: ProcessTable) -> Stories:
                 unattributed.append(observation)
             else:
                 per_key.setdefault(info.key, []).append(observation)
-        for subject, _pid, _rank, about in subjects(event, table):
-            if subject is not None and (info is None or subject.key != info.key):
-                per_key.setdefault(subject.key, []).append(
-                    Observation(Seen.KILLED, about, reported_by=info.key if info else None))
+        for subject, about in subjects(event, table):
+            killed = Observation(Seen.KILLED, about, reported_by=info.key if info else None)
+            if subject is None:
+                unattributed.append(killed)        # about a process the table does not hold
+            elif info is None or subject.key != info.key:
+                per_key.setdefault(subject.key, []).append(killed)
     stories = []
     for info in table.processes():
         observations = per_key.get(info.key, [])      # in timeline order

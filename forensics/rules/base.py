@@ -44,15 +44,13 @@ class Evidence:
     kb_entries: tuple = ()
     traffic: tuple = ()
     notes: tuple[str, ...] = ()
-    told: Stories | None = None          # the stories, when the pipeline built them (else on first use)
     _by_kind: dict = field(default_factory=dict, compare=False, repr=False)
     _told: list = field(default_factory=list, compare=False, repr=False)
 
     @property
     def stories(self) -> Stories:
-        """Every process's story (forensics/story.py): what its lines say happened to it."""
-        if self.told is not None:
-            return self.told
+        """Every process's story (forensics/story.py): what its lines say happened to
+        it, told once, on first use."""
         if not self._told:
             self._told.append(story.tell(self.events, self.processes))
         return self._told[0]

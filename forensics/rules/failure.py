@@ -8,8 +8,7 @@ from forensics import knowledge
 from forensics.events import RELAY, Event, Kind, clip
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.rules.errors import reported, tool_reported_errors
-from forensics.story import (FIRST_HAND, NOTICED, Seen, Story, consequence_of_timeout, crash_signal,  # noqa: F401
-                             first_timeout_event, signal_number)
+from forensics.story import FIRST_HAND, NOTICED, Seen, Story, crash_signal, first_timeout_event
 from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status, rank_list, ranks_phrase, who
 
 _WEIGHT = {Kind.XID: 0, Kind.CORE_DUMP: 0, Kind.SANITIZER: 0, Kind.CUDA_GDB: 0, Kind.DEVICE_ASSERT: 1,
@@ -38,14 +37,16 @@ def origin_story(stories, origin) -> Story | None:
 
 def _own_failures(evidence: Evidence) -> list[Event]:
     """Every first-hand failure of the run (the stories' device faults and own errors,
-    signed or not), in timeline order."""
+    signed or not), in timeline order; with none, a GPU fault no process owns."""
     stories = evidence.stories
     found = [o.event for s in stories.stories for o in s.all(*FIRST_HAND)]
     found += [o.event for o in stories.unattributed if o.seen in FIRST_HAND]
-    if found:
-        return sorted(found, key=lambda e: e.seq)
-    # a kernel log alone (or beside logs that show nothing failing): a GPU that fell off
-    # the bus or asks for a reset is the failure, whoever used it
+    return sorted(found, key=lambda e: e.seq) or _gpu_fault_alone(evidence)
+
+
+def _gpu_fault_alone(evidence: Evidence) -> list[Event]:
+    """A kernel log alone (or beside logs that show nothing failing): a GPU that fell off
+    the bus or asks for a reset is the failure, whoever used it."""
     gpu = [e for e in evidence.of_kind(Kind.XID) if not e.attrs.get("earlier_run")
            and knowledge.xid_catalogue().get(e.attrs.get("xid"), {}).get("lean") in ("hardware", "driver")]
     return gpu[:1]
@@ -247,7 +248,7 @@ def _candidates(evidence: Evidence) -> list[Candidate]:
     found += [Candidate(o.event, o.event.pid, o.event.rank, describe(o.event)) for o in stories.unattributed
               if o.seen in FIRST_HAND]
     if not found and not any(story.own_failure for story in stories.stories):
-        found = [Candidate(e, e.pid, e.rank, describe(e)) for e in _own_failures(evidence)]
+        found = [Candidate(e, e.pid, e.rank, describe(e)) for e in _gpu_fault_alone(evidence)]
     keys = {s.pid: s for s in stories.stories if s.pid is not None}
     deaths = [Candidate(e, pid, rank, words, keys[pid].key if pid in keys else None,
                         keys[pid].name if pid in keys else None) for e, pid, rank, words in _deaths(evidence)]
