@@ -301,6 +301,42 @@ def test_cut_sanitizer_output_keeps_the_findings_before_the_cut():
     assert any("ends before its ERROR SUMMARY" in p for p in parsed.problems)
 
 
+def test_the_access_at_address_line_and_a_backtrace_cut_at_its_header_are_read():
+    # compute-sanitizer's "Access at 0x0 is out of bounds" address line, in a paste that
+    # ends at the host backtrace's header (realworld sanitizer-002's shape, hand-made)
+    text = ("========= COMPUTE-SANITIZER\n"
+            "========= Invalid __global__ write of size 8 bytes\n"
+            "=========     at compress(const unsigned int *, uint2 *, int)+0x4bd0\n"
+            "=========     by thread (16,0,0) in block (0,0,0)\n"
+            "=========     Access at 0x0 is out of bounds\n"
+            "=========     Saved host backtrace up to driver entry point at kernel launch time\n"
+            "=========         Host Frame: cudaLaun")
+    parsed = parse_text(text, "paste.txt")
+    (access,) = findings(parsed, "access")
+    assert access.attrs["kernel"].startswith("compress") and access.attrs["address"] == "0x0"
+    assert parsed.unparsed_lines == 0
+
+
+def test_device_frames_after_the_address_and_host_frames_indented_by_five_are_read():
+    # hand-made in the shapes of realworld sanitizer-012 (Device Frame: in an access record)
+    # and sanitizer-006 (5-space Host Frame lines with their "in" on the next line)
+    text = ("========= Invalid __shared__ read of size 16 bytes\n"
+            "=========     at reduce_kernel(float *)+0x6320 in reduce.cuh:118\n"
+            "=========     by thread (0,0,0) in block (0,0,0)\n"
+            "=========     Address 0x8 is misaligned\n"
+            "=========     Device Frame:warp_reduce(float)+0xc0 in reduce.cuh:40\n"
+            "=========     Saved host backtrace up to driver entry point at kernel launch time\n"
+            "=========     Host Frame: [0x334640]\n"
+            "=========                in /lib/x86_64-linux-gnu/libcuda.so.1\n"
+            "=========     Host Frame:cudaLaunchKernel [0x6bedb]\n"
+            "=========                in /usr/lib/libcudart.so.12\n"
+            "=========\n")
+    parsed = parse_text(text, "paste.txt")
+    (access,) = findings(parsed, "access")
+    assert access.attrs["kernel"] == "reduce_kernel" and parsed.unparsed_lines == 0
+    assert access.attrs["device_frames"] == ["device:warp_reduce(float)+0xc0 in reduce.cuh:40"]
+
+
 def test_parse_report_refuses_what_is_not_a_report():
     no_at_line = [" Invalid __global__ write of size 4 bytes", "     by thread (0,0,0) in block (0,0,0)"]
     assert parse_report(no_at_line) is None

@@ -24,7 +24,7 @@ from forensics.report import Options, render
 from forensics.report.document import build
 from forensics.story import Seen
 from forensics.timeline import MAIN_PROCESS, ProcessTable
-from forensics.verdict import Status
+from forensics.verdict import FailureKind, Status
 from tests.helpers import analyze_text
 from tests.test_reports import RECORDINGS, case_of
 
@@ -95,7 +95,7 @@ def test_a_console_that_names_no_process_is_the_main_process():
     assert case.verdict.first_failure.key == row.key
 
 
-def test_a_launcher_quoting_its_childs_failure_names_no_first_failure_of_its_own():
+def test_an_error_after_a_peer_reset_is_a_relay_not_a_first_failure():
     text = ("[W1204 09:00:00.000000000 socket.cpp:464] [c10d] recvValue failed: Connection reset by peer\n"
             "Traceback (most recent call last):\n"
             '  File "/app/train.py", line 9, in <module>\n'
@@ -103,9 +103,12 @@ def test_a_launcher_quoting_its_childs_failure_names_no_first_failure_of_its_own
             "torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId "
             "from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer\n")
     v = analyze_text(text).verdict
-    if v.first_failure is not None and v.first_failure.key is not None:
-        row = next(r for r in v.ranks if r.key == v.first_failure.key)
-        assert row.status not in (Status.COLLATERAL, Status.HEALTHY)
+    # the peer that reset the connection failed first; its own lines are not in the paste
+    assert v.failure_kind == FailureKind.RELAY_ONLY and v.first_failure.key is None
+    assert v.first_failure.what == "another process failed"
+    (row,) = v.ranks
+    assert row.name == MAIN_PROCESS and row.status == Status.COLLATERAL
+    assert "engine" not in v.headline
 
 
 # --- self-consistency over every recording and fixture --------------------------------------
@@ -179,3 +182,22 @@ def test_a_process_that_logged_its_own_error_is_never_healthy_on_the_generated_e
     worker = next(r for r in v.ranks if r.rank == 0)
     assert worker.status == Status.SURFACED and v.first_failure.rank == 0
     assert all(r.status != Status.HEALTHY for r in v.ranks)
+
+
+def test_explain_names_the_line_that_decided_each_status():
+    case = analyze_text(GENERATED[0])
+    lines = [text for rule, text in case.verdict.explanations if rule == "rank-statuses"]
+    for row in case.verdict.ranks:
+        said = next(t for t in lines if t.startswith(("rank %s:" % row.rank) if row.rank is not None else row.name))
+        assert str(row.status) in said
+        if row.first_error_source:
+            assert f"[{row.first_error_source}]" in said
+
+
+def test_an_import_error_is_a_start_up_failure():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/app/serve.py", line 1, in <module>\n'
+            "    import vllm\n"
+            "ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory\n")
+    v = analyze_text(text).verdict
+    assert v.failure_kind == FailureKind.STARTUP and v.environment["phase"] == "startup"

@@ -199,8 +199,8 @@ def _what(verdict) -> str:
         return f"{error.name} ({error.code})" if error.code is not None else error.name
     if kind == FailureKind.OOM:
         return "CUDA out of memory"
-    if kind == FailureKind.RELAY_ONLY:
-        return "the engine died"
+    if kind == FailureKind.RELAY_ONLY and verdict.first_failure is not None:
+        return verdict.first_failure.what           # who died, as the relays say it
     if kind in (FailureKind.HANG, FailureKind.NCCL_TIMEOUT):
         return "a collective hang" if kind == FailureKind.HANG else "an NCCL collective timeout"
     if verdict.first_failure is not None:

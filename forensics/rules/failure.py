@@ -398,14 +398,19 @@ class FirstFailureRule(Rule):
     def _relay_only(self, evidence: Evidence, verdict: VerdictView, relays: list[Event], launcher) -> None:
         kinds = sorted({e.kind.value for e in relays})
         first = relays[0]
-        basis = (f"only relays of a failure are in the inputs ({', '.join(kinds)}, first at {first.where}): the engine "
-                 "died, but the failing process's own error is not in these inputs")
-        verdict.first_failure = FirstFailure(None, None, first.time, basis, "the engine died; its own failure is "
-                                             "not in these inputs", launcher[1] if launcher else None)
+        # an engine's relays say the engine died; a peer's or a launcher's, only that some
+        # other process failed
+        died = "the engine died" if any(e.kind in _ENGINE_RELAYS for e in relays) else "another process failed"
+        basis = (f"only relays of a failure are in the inputs ({', '.join(kinds)}, first at {first.where}): {died}, "
+                 "but the failing process's own error is not in these inputs")
+        verdict.first_failure = FirstFailure(None, None, first.time, basis, died, launcher[1] if launcher else None)
         verdict.failure_kind = FailureKind.STARTUP if verdict.environment.get("phase") == "startup" else \
             FailureKind.RELAY_ONLY
         verdict.explain(f"Relay only: {basis}.")
 
+
+_ENGINE_RELAYS = frozenset({Kind.ENGINE_DEAD, Kind.ENGINE_FATAL, Kind.ENGINE_WORKER_FAILED, Kind.WORKER_EXCEPTION,
+                            Kind.SCHEDULER_DUMP, Kind.HTTP})
 
 # Relays a shutdown produces by itself: children told their parent left, signals sent.
 _SHUTDOWN_ECHOES = frozenset({Kind.PARENT_EXITED, Kind.SIGNAL_RECEIVED, Kind.WORKER_DIED})

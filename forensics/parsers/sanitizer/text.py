@@ -166,10 +166,6 @@ def parse_report(lines: list[str]) -> Report | None:
         return None
 
 
-# The most trailing lines of a record dropped to read the rest after a cut
-CUT_TAIL = 6
-
-
 class SanitizerAssembler:
     """Collects one file's sanitizer lines into reports and collapses them."""
 
@@ -248,22 +244,12 @@ class SanitizerAssembler:
             for text in lines[1:4]:
                 if text.startswith("     by thread"):
                     thread, block = _thread_block(text)
-                elif text.startswith(("     Access to", "     Address")):
+                elif text.startswith(("     Access to", "     Access at", "     Address")):
                     address = _address(text)[0]
             cached.add(thread, block, address, linenos[0])
             self.report_lines += len(lines)
             return
         report = parse_report(lines)
-        # a record whose end was cut (a paste, a log that ends mid-write): the record
-        # without its cut tail (a cut line, a backtrace header left without frames); only
-        # the tail stays unparsed
-        keep = len(lines)
-        while report is None and keep > 2 and len(lines) - keep < CUT_TAIL:
-            keep -= 1
-            report = parse_report(lines[:keep])
-        if report is not None and keep < len(lines):
-            self.unparsed.extend(zip(linenos[keep:], lines[keep:]))
-            lines, linenos = lines[:keep], linenos[:keep]
         if report is None:
             self.unparsed.extend(zip(linenos, lines))
             return
@@ -304,7 +290,7 @@ class SanitizerAssembler:
 # The same shapes as the grammar's BY_LINE / ADDRESS_LINE terminals, on bytes, for the
 # fast path over repeated reports.
 _BY = re.compile(rb"by thread \((\d+),(\d+),(\d+)\) in block \((\d+),(\d+),(\d+)\)")
-_ADDR = re.compile(rb"(?:Access to|Address) (0x[0-9a-fA-F]+)")
+_ADDR = re.compile(rb"(?:Access to|Access at|Address) (0x[0-9a-fA-F]+)")
 _VARYING = re.compile(r"0x[0-9a-fA-F]+|\(\d+,\d+,\d+\)")
 
 
