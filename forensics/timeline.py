@@ -295,6 +295,13 @@ class ProcessTable:
             other.role = other.role or "worker"
         if event.kind in (Kind.SHUTDOWN, Kind.WORKER_DIED, Kind.EXIT) and isinstance(subject_pid, int):
             self._subject(subject_pid)                  # "Sending process N closing signal SIGTERM"
+        if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED) and subject and subject_pid is None:
+            # "Worker proc VllmWorker-3 died unexpectedly": a process known by its name (and
+            # the rank in it) even when none of its own lines is in the inputs
+            name = subject.split("::")[-1]
+            rank = knowledge.role_and_rank(name)[1]
+            known = self.by_name(name)
+            self._from_name(known or self._info(f"rank:{rank}" if rank is not None else f"name:{name}"), name)
         subject_rank = event.attrs.get("subject_rank")
         if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED) and isinstance(subject_rank, int) and subject_pid is None:
             other = self._info(f"rank:{subject_rank}")      # "MPI_ABORT was invoked on rank 2", "Shard 1 crashed"

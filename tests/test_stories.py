@@ -201,3 +201,37 @@ def test_an_import_error_is_a_start_up_failure():
             "ImportError: libcudart.so.11.0: cannot open shared object file: No such file or directory\n")
     v = analyze_text(text).verdict
     assert v.failure_kind == FailureKind.STARTUP and v.environment["phase"] == "startup"
+
+
+def test_an_error_raised_after_noticing_a_peer_is_not_the_first_failure_even_when_earlier():
+    text = ("(VllmWorker rank=1 pid=102) WARNING 12-04 09:00:01 [shm.py:1] Connection closed by peer [10.0.0.1]:5000\n"
+            "(VllmWorker rank=1 pid=102) ERROR 12-04 09:00:01 [worker.py:1] ValueError: the batch is gone\n"
+            "(VllmWorker rank=0 pid=101) ERROR 12-04 09:00:05 [multiproc_executor.py:1] RuntimeError: CUDA error: "
+            "an illegal memory access was encountered\n")
+    v = analyze_text(text).verdict
+    by_rank = {r.rank: r for r in v.ranks}
+    assert v.first_failure.rank == 0 and by_rank[0].status == Status.SURFACED
+    assert by_rank[1].status == Status.COLLATERAL and "peer closed the connection" in by_rank[1].failure
+
+
+def test_a_worker_reported_dead_by_name_only_is_a_process_and_the_first_failure():
+    text = ("(EngineCore_0 pid=90) ERROR 12-04 09:00:02 [multiproc_executor.py:1] Worker proc VllmWorker-3 died "
+            "unexpectedly (exit code: -11), shutting down executor.\n")
+    v = analyze_text(text).verdict
+    dead = next(r for r in v.ranks if r.rank == 3)
+    assert dead.status == Status.FAILED and "SIGSEGV" in dead.failure
+    assert v.first_failure.key == dead.key and v.failure_kind == FailureKind.FATAL_SIGNAL
+
+
+def test_a_sanitizer_paste_is_the_main_processes_origin():
+    text = ("========= COMPUTE-SANITIZER\n"
+            "========= Invalid __global__ write of size 4 bytes\n"
+            "=========     at scatter_kernel(float *, int)+0x70 in scatter.cu:12\n"
+            "=========     by thread (3,0,0) in block (0,0,0)\n"
+            "=========     Address 0x7f0000000400 is out of bounds\n"
+            "=========\n"
+            "========= ERROR SUMMARY: 1 error\n")
+    v = analyze_text(text).verdict
+    (row,) = v.ranks
+    assert row.name == MAIN_PROCESS and row.status == Status.ORIGIN
+    assert v.origin.kernel == "scatter_kernel" and v.first_failure.key == row.key

@@ -249,9 +249,11 @@ def _candidates(evidence: Evidence) -> list[Candidate]:
               if o.seen in FIRST_HAND]
     if not found and not any(story.own_failure for story in stories.stories):
         found = [Candidate(e, e.pid, e.rank, describe(e)) for e in _gpu_fault_alone(evidence)]
-    keys = {s.pid: s for s in stories.stories if s.pid is not None}
-    deaths = [Candidate(e, pid, rank, words, keys[pid].key if pid in keys else None,
-                        keys[pid].name if pid in keys else None) for e, pid, rank, words in _deaths(evidence)]
+    deaths = []
+    for e, pid, rank, words in _deaths(evidence):
+        dead = next((s for s in stories.stories if s.has(pid) or
+                     (pid is None and rank is not None and s.rank == rank and s.role in (None, "worker"))), None)
+        deaths.append(Candidate(e, pid, rank, words, dead.key if dead else None, dead.name if dead else None))
     return found + deaths
 
 
