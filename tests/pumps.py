@@ -32,7 +32,7 @@ from typing import Callable, Iterable, Iterator
 
 START = 256                # the first line, short: a cubic takes seconds on 2 KiB
 LAST = 256 << 10           # the last: 256 KiB
-RATIO = 10.0               # t(4N) / t(N): linear ~4, quadratic ~16 (memory growth on a long line: ~9)
+RATIO = 12.0               # t(4N) / t(N): linear ~4 (~9 seen under load: memory growth), quadratic ~16
 # Under this, t(4N) passes whatever the ratio: a pattern that costs under 5 ms at 256 KiB
 # costs under ~80 ms at 1 MiB even if it were quadratic (and timer noise is this size)
 FLOOR = 0.005
