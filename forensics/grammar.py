@@ -27,6 +27,16 @@ def grammar_text(name: str) -> str:
         return (_SOURCE_TREE / f"{name}.lark").read_text(encoding="utf-8")
 
 
+def names() -> list[str]:
+    """Every grammar's name, from the installed package or from the source tree (as
+    ``grammar_text`` finds them)."""
+    try:
+        files = [p.name for p in resources.files("forensics.grammars").iterdir()]
+    except ModuleNotFoundError:
+        files = [p.name for p in _SOURCE_TREE.iterdir()]
+    return sorted(name[:-5] for name in files if name.endswith(".lark"))
+
+
 @functools.lru_cache(maxsize=None)
 def load(name: str, start: tuple[str, ...] = ("start",)) -> Lark:
     """The LALR parser (contextual lexer) for ``grammars/<name>.lark``; it builds a tree."""

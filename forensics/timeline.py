@@ -29,6 +29,11 @@ V0_ENGINE = "rank:0"
 # The process that wrote a file whose lines name no process (a console pasted as it was)
 STREAM = "stream:"
 MAIN_PROCESS = "main process"
+# A process that announces its failure ("Scheduler hit an exception:") goes on with the
+# failure in the lines right below, which may carry no prefix of their own
+ANNOUNCING = frozenset({Kind.WORKER_EXCEPTION, Kind.ENGINE_FATAL})
+CONTINUED = frozenset({Kind.CUDA_ERROR, Kind.OOM, Kind.EXCEPTION, Kind.FATAL_SIGNAL, Kind.DEVICE_ASSERT})
+
 # Lines no program prints about itself: the kernel's log, facts about the machine, a core
 # file's contents
 NOT_A_PROGRAMS_LINE = frozenset({Kind.XID, Kind.ENVIRONMENT, Kind.CORE_DUMP, Kind.CUDA_GDB})
@@ -128,6 +133,7 @@ class ProcessTable:
         # files no line of which says who wrote it (a paste of one program's console):
         # one process wrote them, "the main process" of that file
         self._stream_sources: set[str] = set()
+        self._follows: dict[tuple[str, int], str] = {}   # (source, line) of a report's unprefixed lines -> its writer
 
     # -- learning ------------------------------------------------------------------
 
@@ -141,6 +147,7 @@ class ProcessTable:
         table._learn_files(list(events) + writers)
         for event in list(events) + writers:
             table._learn(event)
+        table._learn_continuations(events)
         table._settle_v0_engine(events)
         table._join_ranks()
         table._join_same_failure(events)
@@ -202,6 +209,31 @@ class ProcessTable:
             # cannot tell
             self._stream_sources.clear()
 
+    def _learn_continuations(self, events: list[Event]) -> None:
+        """Failure lines without a prefix right below a process's announcement of its
+        failure (SGLang's "[TP1] Scheduler hit an exception:" over the exception printed
+        raw): that process went on writing its report.  Only the very next lines, and only
+        after an announcement: a raw traceback below another traceback is often another
+        process's (an API server printing why its engine died)."""
+        per_source: dict[str, list[Event]] = {}
+        for event in events:
+            per_source.setdefault(event.source, []).append(event)
+        for source, found in per_source.items():
+            if source in self._stream_sources or source in self._file_rank:
+                continue
+            last_key, last_end = None, -1
+            for event in sorted(found, key=lambda e: (e.line, e.seq)):
+                end = event.line + max(int(event.attrs.get("lines") or 1), 1) - 1
+                signed = event.pid is not None or event.process or event.rank is not None
+                if signed:
+                    key = self._key_of(event)
+                    last_key, last_end = (key, end) if event.kind in ANNOUNCING and key else (None, -1)
+                elif last_key is not None and event.kind in CONTINUED and event.line <= last_end + 1:
+                    self._follows[(source, event.line)] = last_key
+                    last_end = end
+                elif event.kind in CONTINUED:
+                    last_key = None
+
     def _key_of(self, event: Event) -> str | None:
         if self._v0_engine(event):
             return V0_ENGINE
@@ -219,7 +251,7 @@ class ProcessTable:
             return f"name:{event.process}" + (f"@{event.host}" if event.host else "")
         if event.source in self._stream_sources and _programs_line(event):
             return STREAM + event.source
-        return None
+        return self._follows.get((event.source, event.line))
 
     def _info(self, key: str) -> ProcessInfo:
         info = self.by_key.get(key)

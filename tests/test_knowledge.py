@@ -234,6 +234,9 @@ def test_process_names_give_role_and_rank(name, role, rank):
     ("[c10d] [rank6] barrier timed out", 6),
     ("[worker 4] step failed", 4),
     ("Failed to initialize executor on rank 7: boom", 7),
+    ("[TP0] Scheduler hit an exception: Traceback (most recent call last):", 0),
+    ("  what():  [PG ID 2 PG GUID 3 Rank 1] Process group watchdog thread terminated with exception: boom", 1),
+    ("[DP1 TP3 EP3] Scheduler hit an exception: boom", 3),
 ])
 def test_rank_hints_name_the_writers_rank(message, rank):
     hints = [re.compile(h["pattern"]) for h in knowledge.load("processes")["rank_hint"]]

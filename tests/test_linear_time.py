@@ -185,14 +185,10 @@ def _data_regexes() -> list[tuple[str, str, re.Pattern, list[str]]]:
     return out
 
 
-def _grammar_names() -> list[str]:
-    return sorted(p.name[:-5] for p in resources.files("forensics.grammars").iterdir() if p.name.endswith(".lark"))
-
-
 def _grammar_terminals() -> list[tuple[str, re.Pattern]]:
     """(id, compiled) of every terminal of every grammar, as lark's lexer compiles it."""
     out = []
-    for name in _grammar_names():
+    for name in grammar.names():
         text = grammar.grammar_text(name)
         # a grammar without a `start` rule is loaded by its code with its own start rules:
         # all of them here, so that every terminal is kept
@@ -260,7 +256,7 @@ def test_the_regexes_are_all_found():
                  "surface_apis", "signature", "cuda_errors", "known_issues/flashinfer-mnnvl-allreduce-ima"):
         assert per_file.get(name, 0) > 0, name
     assert len(DATA_REGEXES) > 250
-    assert {n.split(".lark:")[0] for n, _p in TERMINALS} == set(_grammar_names())
+    assert {n.split(".lark:")[0] for n, _p in TERMINALS} == set(grammar.names())
     assert len(TERMINALS) > 150
     # every glob of REGEX matches some key (a renamed key is not silently skipped)
     keys = {key for _i, key, _p, _samples in DATA_REGEXES}

@@ -235,3 +235,26 @@ def test_a_sanitizer_paste_is_the_main_processes_origin():
     (row,) = v.ranks
     assert row.name == MAIN_PROCESS and row.status == Status.ORIGIN
     assert v.origin.kernel == "scatter_kernel" and v.first_failure.key == row.key
+
+
+def test_an_exception_printed_raw_below_a_schedulers_announcement_is_the_schedulers():
+    # SGLang's announcement, then the exception without the record's prefix (realworld
+    # sglang-020's shape, hand-made)
+    text = ("[2025-07-01 02:38:26 TP1] Scheduler hit an exception:\n"
+            "IndexError: list index out of range\n"
+            "[2025-07-01 02:38:27 TP0] Prefill batch. #new-seq: 1\n")
+    v = analyze_text(text).verdict
+    assert v.first_failure.rank == 1
+    assert {r.rank: r.status for r in v.ranks if r.rank is not None}[1] == Status.FAILED
+
+
+def test_a_raw_traceback_below_anothers_traceback_stays_unsigned():
+    text = ("(EngineCore pid=20) ERROR 12-04 09:00:01 [core.py:1] Traceback (most recent call last):\n"
+            '(EngineCore pid=20) ERROR 12-04 09:00:01 [core.py:1]   File "/v/core.py", line 9, in run\n'
+            "(EngineCore pid=20) ERROR 12-04 09:00:01 [core.py:1] ValueError: no device\n"
+            "Traceback (most recent call last):\n"
+            '  File "/v/api_server.py", line 3, in build\n'
+            "KeyError: 'engine'\n")
+    case = analyze_text(text)
+    raw = next(e for e in case.events if e.line == 4)
+    assert case.processes.info_of(raw) is None
