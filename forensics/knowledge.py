@@ -296,6 +296,18 @@ def quoted_process(message: str) -> dict | None:
 
 
 @functools.lru_cache(maxsize=None)
+def launcher_files() -> tuple[str, ...]:
+    return tuple(load("processes").get("launcher", {}).get("files", ()))
+
+
+def launchers_traceback(event) -> bool:
+    """Whether a traceback runs through a launcher's own code (data/processes.toml
+    [launcher]): the launcher raising because its child failed."""
+    files = launcher_files()
+    return any(part in (frame.file or "") for exc in event.chain for frame in exc.frames for part in files)
+
+
+@functools.lru_cache(maxsize=None)
 def vllm_v0_markers() -> tuple[str, ...]:
     return tuple(load("processes")["vllm_v0"]["markers"])
 

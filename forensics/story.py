@@ -202,7 +202,7 @@ def seen_in(event: Event, role: str | None, first_timeout: Event | None) -> Seen
     if kind in (Kind.CUDA_ERROR, Kind.OOM, Kind.FATAL_SIGNAL, Kind.EXCEPTION):
         if consequence_of_timeout(event, first_timeout):
             return Seen.WAITING
-        if kind == Kind.EXCEPTION and role in _RELAYING_ROLES:
+        if kind == Kind.EXCEPTION and (role in _RELAYING_ROLES or knowledge.launchers_traceback(event)):
             return Seen.RELAY
         return Seen.OWN_ERROR
     if kind in (Kind.PEER_FAILURE, Kind.PARENT_EXITED, Kind.NCCL):

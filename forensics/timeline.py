@@ -530,7 +530,8 @@ def _adopt_for_the_only_failed_child(events: list[Event], table: ProcessTable) -
     """A console where no failure line says who wrote it (workers printing without
     prefixes) and a launcher reports exactly one child failed: the failures are that
     child's."""
-    own = [e for e in events if e.kind in _OWN]
+    # a launcher's own traceback (ChildFailedError) is the launcher's, not its child's
+    own = [e for e in events if e.kind in _OWN and not knowledge.launchers_traceback(e)]
     if not own or any(e.pid is not None or e.rank is not None or e.process for e in own):
         return events
     failed = {e.attrs.get("subject_pid") for e in events if e.kind == Kind.CHILD_FAILED
@@ -541,8 +542,9 @@ def _adopt_for_the_only_failed_child(events: list[Event], table: ProcessTable) -
     info = table.by_pid(pid)
     rank = info.rank if info else None
     note = f"the only child its launcher reported failed (pid {pid})"
+    adopted = {id(e) for e in own}
     return [replace(e, pid=pid, rank=rank, role=info.role if info else "worker",
-                    attrs=freeze({**e.attrs, "identity_from": note})) if e.kind in _OWN else e for e in events]
+                    attrs=freeze({**e.attrs, "identity_from": note})) if id(e) in adopted else e for e in events]
 
 
 def place_uptimes(events_by_source: list[list[Event]]) -> list[list[Event]]:

@@ -258,3 +258,36 @@ def test_a_raw_traceback_below_anothers_traceback_stays_unsigned():
     case = analyze_text(text)
     raw = next(e for e in case.events if e.line == 4)
     assert case.processes.info_of(raw) is None
+
+
+def test_a_launchers_own_traceback_is_a_relay_of_its_child_not_the_childs_error():
+    # torch.distributed.launch raising after its child died (realworld pytorch-026's shape,
+    # hand-made): the launcher's traceback, no line of the child's own
+    text = ("Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3.8/runpy.py", line 194, in _run_module_as_main\n'
+            "    return _run_code(code, main_globals, None,\n"
+            '  File "/usr/lib/python3/dist-packages/torch/distributed/launch.py", line 259, in main\n'
+            "    raise subprocess.CalledProcessError(returncode=process.returncode, cmd=cmd)\n"
+            "subprocess.CalledProcessError: Command '['/usr/bin/python3', '-u', 'train.py', '--local_rank=7']' "
+            "died with <Signals.SIGSEGV: 11>.\n")
+    case = analyze_text(text)
+    (tb,) = [e for e in case.events if e.chain]
+    assert story.seen_in(tb, None, None) == Seen.RELAY
+    v = case.verdict
+    (row,) = v.ranks
+    assert row.name == MAIN_PROCESS and row.status == Status.COLLATERAL
+    assert v.failure_kind == FailureKind.RELAY_ONLY and v.first_failure.key is None
+
+
+def test_the_only_failed_childs_identity_is_not_given_to_its_launchers_traceback():
+    text = ("ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 88) "
+            "of binary: /usr/bin/python3\n"
+            "Traceback (most recent call last):\n"
+            '  File "/usr/lib/python3/dist-packages/torch/distributed/elastic/agent/server/api.py", line 9, in run\n'
+            "    result = self._invoke_run(role)\n"
+            "RuntimeError: rendezvous closed\n")
+    case = analyze_text(text)
+    (tb,) = [e for e in case.events if e.chain]
+    assert tb.pid is None
+    child = next(r for r in case.verdict.ranks if r.pid == 88)
+    assert "None" not in (child.failure or "") and "pid 88" in child.failure

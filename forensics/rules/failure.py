@@ -300,7 +300,10 @@ class FirstFailureRule(Rule):
                                                       "(seen by compute-sanitizer)")
                           for e in tool_reported_errors(evidence)]
         if not candidates:
-            relays = [e for e in evidence.events if e.kind in RELAY and not e.attrs.get("earlier_run")
+            # relays by kind, and what the stories read as relays besides (a launcher's own traceback)
+            told = {id(o.event) for s in evidence.stories.stories for o in s.observations if o.seen == Seen.RELAY}
+            told |= {id(o.event) for o in evidence.stories.unattributed if o.seen == Seen.RELAY}
+            relays = [e for e in evidence.events if id(e) in told or e.kind in RELAY and not e.attrs.get("earlier_run")
                       and not (e.kind == Kind.HTTP and (e.attrs.get("status") or 0) < 500)]
             timeouts = evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)
             if relays and not timeouts and _after_a_requested_shutdown(evidence, relays):
@@ -702,7 +705,8 @@ class RankStatuses(Rule):
             return RankVerdict(status=Status.COLLATERAL, first_error=clip(e.message, 200), first_error_source=e.where,
                                failure=failure, **base)
         if isinstance(code, int) and code != 0:
-            return RankVerdict(status=Status.UNKNOWN, failure=death_words(story.name, code), **base)
+            return RankVerdict(status=Status.UNKNOWN, failure=death_words(story.name or who(story.rank, story.pid), code),
+                               **base)
         return RankVerdict(status=Status.HEALTHY, **base)
 
 
