@@ -296,6 +296,18 @@ def quoted_process(message: str) -> dict | None:
 
 
 @functools.lru_cache(maxsize=None)
+def _host_errors() -> dict[str, int]:
+    return {e["text"].lower(): e["host"] for e in load("cuda_exceptions")["exception"] if "host" in e}
+
+
+def host_error_of(device_exception: str | None) -> CudaError | None:
+    """The CUDA error the host sees after a device exception ("Warp Illegal Address" ->
+    CUDA_ERROR_ILLEGAL_ADDRESS), when data/cuda_exceptions.toml says which."""
+    code = _host_errors().get(str(device_exception or "").strip().lower())
+    return next((e for e in cuda_errors() if e.code == code), None) if code is not None else None
+
+
+@functools.lru_cache(maxsize=None)
 def launcher_files() -> tuple[str, ...]:
     return tuple(load("processes").get("launcher", {}).get("files", ()))
 

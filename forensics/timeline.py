@@ -36,7 +36,7 @@ CONTINUED = frozenset({Kind.CUDA_ERROR, Kind.OOM, Kind.EXCEPTION, Kind.FATAL_SIG
 
 # Lines no program prints about itself: the kernel's log, facts about the machine, a core
 # file's contents
-NOT_A_PROGRAMS_LINE = frozenset({Kind.XID, Kind.ENVIRONMENT, Kind.CORE_DUMP, Kind.CUDA_GDB})
+NOT_A_PROGRAMS_LINE = frozenset({Kind.XID, Kind.ENVIRONMENT, Kind.CORE_DUMP})
 # a debugger's lines are about the program it debugs, not about itself
 DEBUGGER_LINES = ("gdb-", "cuda-gdb-")
 
@@ -63,11 +63,18 @@ class ProcessInfo:
     sources: set[str] = field(default_factory=set)
 
 
-def _programs_line(event: Event) -> bool:
-    """A line a program prints about itself (not the kernel's, a debugger's about its
-    inferior, or facts about the machine)."""
-    return event.kind not in NOT_A_PROGRAMS_LINE and \
-        not str(event.attrs.get("message_id") or "").startswith(DEBUGGER_LINES)
+def _debuggers_line(event: Event) -> bool:
+    """A debugger's line about the program it debugs (cuda-gdb's stops, gdb's "Program
+    terminated with signal ...")."""
+    return event.kind == Kind.CUDA_GDB or str(event.attrs.get("message_id") or "").startswith(DEBUGGER_LINES)
+
+
+def _programs_line(event: Event, inferior: bool = False) -> bool:
+    """A line a program prints about itself (not the kernel's or facts about the machine;
+    a debugger's about its inferior only when ``inferior``: the one program in view)."""
+    if _debuggers_line(event):
+        return inferior
+    return event.kind not in NOT_A_PROGRAMS_LINE
 
 
 def _vllm_v0(event: Event) -> bool:
@@ -133,6 +140,7 @@ class ProcessTable:
         # files no line of which says who wrote it (a paste of one program's console):
         # one process wrote them, "the main process" of that file
         self._stream_sources: set[str] = set()
+        self._inferior = False          # the one input is a debugger's transcript
         self._follows: dict[tuple[str, int], str] = {}   # (source, line) of a report's unprefixed lines -> its writer
 
     # -- learning ------------------------------------------------------------------
@@ -180,11 +188,14 @@ class ProcessTable:
                 ranks_of_pid.setdefault((event.host, event.pid), set()).add(event.rank)
             if _vllm_v0(event):
                 self._v0_sources.add(event.source)
-            facts = per_file.setdefault(event.source, {"prefixed": False, "ranks": set(), "program": False})
+            facts = per_file.setdefault(event.source, {"prefixed": False, "ranks": set(), "program": False,
+                                                       "debugger": False})
             if event.pid is not None or event.process or event.rank is not None:
                 facts["prefixed"] = True
             if _programs_line(event):
                 facts["program"] = True
+            if _debuggers_line(event):
+                facts["debugger"] = True
             if event.kind == Kind.PROCESS_IDENTITY and isinstance(event.attrs.get("rank"), int) \
                     and event.pid is None and not event.process:
                 facts["ranks"].add(event.attrs["rank"])
@@ -192,6 +203,11 @@ class ProcessTable:
         # (a Ray actor's prefix over SGLang's schedulers): the ranks are the processes
         self._shared_pids = {key for key, ranks in ranks_of_pid.items() if len(ranks) > 1}
         self._v0_sources -= v1_sources
+        # a debugger's transcript alone (a cuda-gdb session pasted): the program it debugs
+        # is the one process in view, and the transcript is its story
+        self._inferior = len(per_file) == 1 and any(f["debugger"] for f in per_file.values())
+        for facts in per_file.values():
+            facts["program"] = facts["program"] or (self._inferior and facts["debugger"])
         for source, facts in per_file.items():
             if facts["prefixed"]:
                 continue
@@ -249,7 +265,7 @@ class ProcessTable:
             return f"rank:{rank}" + (f"@{event.host}" if event.host else "")
         if event.process:
             return f"name:{event.process}" + (f"@{event.host}" if event.host else "")
-        if event.source in self._stream_sources and _programs_line(event):
+        if event.source in self._stream_sources and _programs_line(event, self._inferior):
             return STREAM + event.source
         return self._follows.get((event.source, event.line))
 
@@ -272,6 +288,10 @@ class ProcessTable:
         info.sources.add(event.source)
         if key.startswith(STREAM):
             info.name = info.name or MAIN_PROCESS
+            if event.kind == Kind.CUDA_GDB and event.attrs.get("thread_name") and info.name == MAIN_PROCESS:
+                # the debugged program, by the name its threads carry (cuda-gdb's
+                # 'Thread 1 "decoding_exampl" received signal ...': the comm, 15 characters)
+                info.name = event.attrs["thread_name"]
         if (event.host, event.pid) in self._shared_pids and event.rank is not None:
             event = replace(event, pid=None)          # the relaying parent's pid is not this rank's
         if key == V0_ENGINE and self._v0_engine(event):

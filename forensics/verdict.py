@@ -107,6 +107,7 @@ class ErrorInfo:
     reported_at: str               # source:line of the report used
     relayed_only: bool = False     # known only from a relay (the engine quoting a worker)
     cause_of: str | None = None    # a library status (cuBLAS ...) this error surfaced as
+    from_device: str | None = None  # no host call reported it: the device exception it follows from
 
     @property
     def code(self) -> int | None:

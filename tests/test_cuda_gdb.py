@@ -15,7 +15,7 @@ import pytest
 from forensics.events import Kind, Severity
 from forensics.parsers.text.cuda_gdb import CudaGdbCollector
 from tests.conftest import DATA, RECORDINGS
-from tests.helpers import parse_text
+from tests.helpers import analyze_text, parse_text
 
 GPU = DATA / "gpu"
 S3 = RECORDINGS / "gpu/s3_cuda_gdb_replay"
@@ -151,3 +151,37 @@ def test_older_cuda_gdb_stop_lines():
     assert (event.attrs.get("pc"), event.attrs.get("kernel_source")) == ("0x7fffd3a1b2c0", "oob.cu:7")
     assert event.attrs["kernel"] == "oob_kernel" and event.attrs["grid"] == (8, 1, 1)
     assert parsed.unparsed_lines == 0
+
+
+# hand-made in the shapes of realworld sanitizer-013 (parameter types before the launch)
+# and sanitizer-004 (a backtrace frame whose argument list gdb wrapped onto the next line)
+NEWER_STOP = """CUDA Exception: Warp Out-of-range Address
+The exception was triggered at PC 0x7fffcc5cb920
+
+Thread 6 "hashminer" received signal CUDA_EXCEPTION_5, Warp Out-of-range Address.
+[Switching focus to CUDA kernel 0, grid 2, block (0,0,57), thread (0,0,4), device 0, sm 17, warp 22, lane 0]
+0x00007fffcc5cb930 in hashKernel(block_g*, unsigned int, unsigned int)<<<(1,1,480),(32,1,16)>>> ()
+"""
+WRAPPED_FRAME = """CUDA Exception: Warp Illegal Address
+The exception was triggered at PC 0x56204c84ebf0 (cuda_fp16.hpp:255)
+
+Thread 1 "decoding_exampl" received signal CUDA_EXCEPTION_14, Warp Illegal Address.
+(cuda-gdb) bt
+#0  0x000056204c84ec00 in operator* (lh=0x7f45aad14300, rh=0x7f45d4fffdb8)
+    at /usr/local/cuda/include/cuda_fp16.hpp:255
+#1  ft::embeddingLookup<__half><<<(4,1,1),(512,1,1)>>> (from_tensor=0x7f45869a3400,
+    embedding_table=0x7f45a7c00000, step=0)
+"""
+
+
+@pytest.mark.parametrize(("text", "kernel", "name"), [(NEWER_STOP, "hashKernel", "hashminer"),
+                                                      (WRAPPED_FRAME, "ft::embeddingLookup<__half>", "decoding_exampl")])
+def test_the_kernel_of_newer_stop_lines_and_wrapped_frames_and_the_host_error(text, kernel, name):
+    (stop,) = [e for e in parse_text(text).events if e.kind == Kind.CUDA_GDB]
+    assert stop.attrs["kernel"] == kernel
+    v = analyze_text(text).verdict
+    # no host call's error is in a debugger transcript: the error is what the host sees after
+    # the device exception, and the exception is kept as its detail
+    assert v.error.code == 700 and v.error.from_device == stop.attrs["fault"]
+    (row,) = v.ranks
+    assert row.name == name and row.status.value == "origin" and v.first_failure.key == row.key

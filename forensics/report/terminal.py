@@ -100,7 +100,9 @@ def _verdict_panel(document: dict, plain_output: bool):
         sticky = "sticky" if error["sticky"] else "not sticky"
         code = f" ({error['code']})" if error["code"] is not None else ""
         lines.append(_row("Error", (f"{error['name']}{code}", "failure"), f" - {plain(error['message'])}; {sticky}"
-                          + (f"; surfaced as {error['surfaced_as']}" if error.get("surfaced_as") else "")))
+                          + (f"; surfaced as {error['surfaced_as']}" if error.get("surfaced_as") else "")
+                          + (f"; what the host sees after the device's {plain(error['from_device_exception'])}"
+                             if error.get("from_device_exception") else "")))
     elif v["failure_kind"]:
         lines.append(_row("Failure", (v["failure_kind"], "failure")))
     for s in v["surfaces"][:6]:

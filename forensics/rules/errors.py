@@ -47,6 +47,8 @@ class ReportedError(Rule):
             # only a tool saw it: compute-sanitizer's "Program hit <error> ... on CUDA API
             # call to <api>" is the program's own call failing, seen from outside
             own = tool_reported_errors(evidence)
+        if not own and not relayed and self._from_device(evidence, verdict):
+            return
         if not own and not relayed:
             asserts = evidence.of_kind(Kind.DEVICE_ASSERT)
             verdict.explain("No CUDA error is reported anywhere in the inputs"
@@ -78,6 +80,21 @@ class ReportedError(Rule):
         extra = f" ({cause_of} is where it surfaced)" if cause_of else ""
         verdict.explain(f"{err.name} ({err.code}, \"{err.message}\") is {how} at {event.where}{extra}; "
                         f"it is {stickiness}.")
+
+    @staticmethod
+    def _from_device(evidence: Evidence, verdict: VerdictView) -> bool:
+        """No host call's error is in the inputs, but a device exception is (a cuda-gdb
+        stop, a GPU core dump): the error is the one the host sees after it (Warp Illegal
+        Address -> CUDA_ERROR_ILLEGAL_ADDRESS), the exception its detail."""
+        for event in evidence.of_kind(Kind.CUDA_GDB, Kind.CORE_DUMP):
+            err = knowledge.host_error_of(event.attrs.get("fault"))
+            if err is not None and not event.attrs.get("earlier_run"):
+                verdict.error = ErrorInfo(err, event.where, from_device=event.attrs["fault"])
+                verdict.explain(f"No host call's error is in the inputs; the device exception "
+                                f"{event.attrs['fault']} at {event.where} is what the host sees as {err.name} "
+                                f"({err.code}).")
+                return True
+        return False
 
     @staticmethod
     def _cause(evidence: Evidence, pool: list[Event], status_event: Event) -> knowledge.CudaError | None:

@@ -66,6 +66,7 @@ class CudaException:
     signal: str            # CUDA_EXCEPTION_14 ("" when cuda-gdb has no signal for it)
     text: str              # Warp Illegal Address
     scope: str = ""
+    host: int | None = None  # the CUDA error the host sees after it (700)
 
 
 @functools.lru_cache(maxsize=None)

@@ -227,7 +227,7 @@ def _is_gdb_chatter(text: str) -> bool:
 
 
 def _event(stop: Stop, relpath: str, seq: int, pid: int | None, tables: dict, coredump: str | None) -> Event:
-    kernel = stop.kernel or (names.plain(stop.function) if stop.function else None)
+    kernel = names.plain(stop.kernel or stop.function) or None
     attrs = {"fault": stop.fault, "kernel": kernel, "pc": stop.pc, "function": stop.function,
              "kernel_source": stop.location or stop.frame_location, "signal": stop.signal,
              "focus": stop.focus, "thread_name": stop.thread_name, "coredump": coredump}
