@@ -198,7 +198,11 @@ def seen_in(event: Event, role: str | None, first_timeout: Event | None) -> Seen
     kind = event.kind
     device = _device_fault(event)
     if device is not None:
-        return Seen.DEVICE_FAULT if device else None
+        if device:
+            return Seen.DEVICE_FAULT
+        # the kernel's line about a process whose GPU work it tore down (Xid 45 after
+        # another fault, a channel reset): something outside the process ended its work
+        return Seen.KILLED if kind == Kind.XID and event.pid is not None else None
     if kind in (Kind.CUDA_ERROR, Kind.OOM, Kind.FATAL_SIGNAL, Kind.EXCEPTION):
         if consequence_of_timeout(event, first_timeout):
             return Seen.WAITING

@@ -291,3 +291,14 @@ def test_the_only_failed_childs_identity_is_not_given_to_its_launchers_traceback
     assert tb.pid is None
     child = next(r for r in case.verdict.ranks if r.pid == 88)
     assert "None" not in (child.failure or "") and "pid 88" in child.failure
+
+
+def test_only_the_drivers_teardown_xids_is_a_gpu_fault_of_undecided_origin():
+    # realworld kernel-003's shape, hand-made: Xid 45 for two processes after an earlier Xid
+    text = ("[ 912.100200] NVRM: Xid (PCI:0000:18:00): 45, pid=4101, name=python3, Ch 00000008\n"
+            "[ 912.100300] NVRM: Xid (PCI:0000:3b:00): 45, pid=4102, name=python3, Ch 00000010\n")
+    v = analyze_text(text).verdict
+    assert v.failure_kind == FailureKind.CUDA_ERROR
+    assert v.first_failure.key is None and v.first_failure.what == "an earlier GPU fault"
+    assert {r.pid: r.status for r in v.ranks} == {4101: Status.UNKNOWN, 4102: Status.UNKNOWN}
+    assert "Xid 45" in v.hardware.basis and "no Xid" not in v.hardware.basis

@@ -305,6 +305,10 @@ class FirstFailureRule(Rule):
             told |= {id(o.event) for o in evidence.stories.unattributed if o.seen == Seen.RELAY}
             relays = [e for e in evidence.events if id(e) in told or e.kind in RELAY and not e.attrs.get("earlier_run")
                       and not (e.kind == Kind.HTTP and (e.attrs.get("status") or 0) < 500)]
+            # the driver tearing processes' GPU work down after an earlier fault (Xid 45):
+            # a fault happened, its own line is not in these inputs
+            relays = relays or [e for e in evidence.of_kind(Kind.XID) if not e.attrs.get("earlier_run") and
+                                knowledge.xid_catalogue().get(e.attrs.get("xid"), {}).get("lean") == "collateral"]
             timeouts = evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)
             if relays and not timeouts and _after_a_requested_shutdown(evidence, relays):
                 verdict.explain("The relays follow a requested shutdown (the server stopping its own processes); "
@@ -405,12 +409,13 @@ class FirstFailureRule(Rule):
         first = relays[0]
         # an engine's relays say the engine died; a peer's or a launcher's, only that some
         # other process failed
-        died = "the engine died" if any(e.kind in _ENGINE_RELAYS for e in relays) else "another process failed"
+        died = "the engine died" if any(e.kind in _ENGINE_RELAYS for e in relays) else \
+            "an earlier GPU fault" if all(e.kind == Kind.XID for e in relays) else "another process failed"
         basis = (f"only relays of a failure are in the inputs ({', '.join(kinds)}, first at {first.where}): {died}, "
                  "but the failing process's own error is not in these inputs")
         verdict.first_failure = FirstFailure(None, None, first.time, basis, died, launcher[1] if launcher else None)
         verdict.failure_kind = FailureKind.STARTUP if verdict.environment.get("phase") == "startup" else \
-            FailureKind.RELAY_ONLY
+            FailureKind.CUDA_ERROR if all(e.kind == Kind.XID for e in relays) else FailureKind.RELAY_ONLY
         verdict.explain(f"Relay only: {basis}.")
 
 
@@ -704,6 +709,11 @@ class RankStatuses(Rule):
                 failure = "killed by the shutdown after another process failed"
             return RankVerdict(status=Status.COLLATERAL, first_error=clip(e.message, 200), first_error_source=e.where,
                                failure=failure, **base)
+        torn = next((o.event for o in story.all(Seen.KILLED) if o.event.kind == Kind.XID), None)
+        if torn is not None:
+            # the driver ended its GPU work after a fault elsewhere: how it fared, unknown
+            return RankVerdict(status=Status.UNKNOWN, first_error=clip(torn.message, 200), first_error_source=torn.where,
+                               failure=describe(torn), **base)
         if isinstance(code, int) and code != 0:
             return RankVerdict(status=Status.UNKNOWN, failure=death_words(story.name or who(story.rank, story.pid), code),
                                **base)

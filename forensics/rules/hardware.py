@@ -73,7 +73,10 @@ class HardwareOrSoftware(Rule):
             opinion, settle = "undecided", _SETTLE_HW
         else:
             opinion, settle = "undecided", _SETTLE_SW
-        basis = "; ".join(hardware + software) or "no Xid, no ECC or remapped-row counters and no device evidence in the inputs"
+        neither = [f"Xid {', '.join(map(str, sorted(set(leans[lean]))))} ({lean} in the Xid catalogue: it says nothing "
+                   "of the cause)" for lean in ("collateral", "driver", "unknown") if leans.get(lean)]
+        basis = "; ".join(hardware + software + ([] if hardware or software else neither)) or \
+            "no Xid, no ECC or remapped-row counters and no device evidence in the inputs"
         verdict.hardware = HardwareOpinion(opinion, basis, settle)
         verdict.explain(f"Hardware or software: {opinion} ({basis}).")
 
