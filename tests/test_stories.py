@@ -277,6 +277,7 @@ def test_a_launchers_own_traceback_is_a_relay_of_its_child_not_the_childs_error(
     (row,) = v.ranks
     assert row.name == MAIN_PROCESS and row.status == Status.COLLATERAL
     assert v.failure_kind == FailureKind.RELAY_ONLY and v.first_failure.key is None
+    assert v.surfaces == (), "a launcher's traceback is no place where the error surfaced"
 
 
 def test_the_only_failed_childs_identity_is_not_given_to_its_launchers_traceback():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from forensics import knowledge
 from forensics.events import RELAY, Event, Frame, Kind, Severity
 from forensics.rules.base import Evidence, Rule, VerdictView
+from forensics.story import Seen
 from forensics.verdict import ErrorInfo, Surface, who
 
 # An error form that names no code: a torch "CUDA out of memory" is an allocator
@@ -135,15 +136,20 @@ class SurfacePoints(Rule):
         kinds = (Kind.CUDA_ERROR, Kind.OOM) if error is not None else (Kind.CUDA_ERROR, Kind.OOM, Kind.EXCEPTION,
                                                                         Kind.FATAL_SIGNAL, Kind.COLLECTIVE_TIMEOUT)
         per_process: dict = {}
+        # what the stories read as a relay (an API server's traceback, a launcher's) is no
+        # place where the error surfaced
+        stories = evidence.stories
+        relayed = {id(o.event) for s in stories.stories for o in s.observations if o.seen == Seen.RELAY}
+        relayed |= {id(o.event) for o in stories.unattributed if o.seen == Seen.RELAY}
         for event in evidence.of_kind(*kinds):
-            if event.attrs.get("earlier_run"):
+            if event.attrs.get("earlier_run") or id(event) in relayed:
                 continue
             if event.kind == Kind.FATAL_SIGNAL and not event.attrs.get("crash_frame") and not event.attrs.get("raised_file"):
                 continue
             if event.kind == Kind.COLLECTIVE_TIMEOUT and not event.chain:
                 continue                 # a hang: where a waiting rank noticed it (its traceback)
             if event.kind in (Kind.EXCEPTION, Kind.FATAL_SIGNAL) and event.role in ("engine-core", "api-server", "launcher"):
-                continue                 # a relay's own traceback, when no error was reported
+                continue                 # an engine's or a server's own traceback, when no error was reported
             surface = surface_of(event)
             if surface.file is None and surface.api is None and event.kind != Kind.CUDA_ERROR:
                 continue
