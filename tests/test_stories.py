@@ -303,3 +303,16 @@ def test_only_the_drivers_teardown_xids_is_a_gpu_fault_of_undecided_origin():
     assert v.first_failure.key is None and v.first_failure.what == "an earlier GPU fault"
     assert {r.pid: r.status for r in v.ranks} == {4101: Status.UNKNOWN, 4102: Status.UNKNOWN}
     assert "Xid 45" in v.hardware.basis and "no Xid" not in v.hardware.basis
+
+
+@pytest.mark.parametrize(("later", "first"), [(0, None), (2, 195295)])
+def test_two_processes_failing_in_the_same_second_leave_the_first_failure_undecided(later, first):
+    # realworld vllm-124's shape, hand-made: an OOM and another worker's exception
+    text = ("(VllmWorkerProcess pid=195295) ERROR 03-02 19:49:43 [multiproc_worker_utils.py:242] "
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.\n"
+            f"(VllmWorkerProcess pid=195297) ERROR 03-02 19:49:{43 + later} [multiproc_worker_utils.py:242] "
+            "ValueError: the weights are not there\n")
+    v = analyze_text(text).verdict
+    assert v.first_failure.pid == first
+    if first is None:
+        assert v.first_failure.key is None and "cannot tell which failed first" in v.first_failure.basis

@@ -366,6 +366,15 @@ class FirstFailureRule(Rule):
             basis = (f"a process that signed no rank reported the same failure ({unsigned_same_time.what}) at "
                      f"{unsigned_same_time.event.where}, in the same second as rank {earliest.rank}'s report at "
                      f"{event.where}: the logs cannot tell which failed first")
+        rivals = _rivals(candidates, earliest)
+        if rivals and not undecided:
+            # another process's own failure in the same second, as strong as this one (two
+            # host reports, or two pieces of device evidence): which came first is unknown
+            rank, undecided = None, True
+            basis = (f"{earliest.what} at {event.where} and {rivals[0].what} at {rivals[0].event.where}"
+                     + (f" (and {len(rivals) - 1} more)" if len(rivals) > 1 else "")
+                     + " were reported within the same second by different processes: the logs cannot tell which "
+                     "failed first")
         if others:
             basis += f"; {ranks_phrase(others)} failed later"
         if not tied and not others and rank is not None:
@@ -469,6 +478,25 @@ def _close_after(first: Event, then: Event, seconds: float = 30) -> bool:
     if first.time is None or then.time is None:
         return first.source == then.source
     return 0 <= (then.time - first.time).total_seconds() <= seconds
+
+
+_DEVICE = (Kind.XID, Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP, Kind.DEVICE_ASSERT)
+_ENDINGS = (Kind.FATAL_SIGNAL, Kind.WORKER_DIED, Kind.CHILD_FAILED)
+
+
+def _rivals(candidates: list[Candidate], earliest: Candidate) -> list[Candidate]:
+    """Other processes' reported failures that cannot be ordered after ``earliest``: in
+    the same second, and as strong (device evidence beats a host report: it is where the
+    fault happened, not where it was noticed).  A crash signal or a death is how a failure
+    ended, often one already reported under another identity (an abort's dump adopted by
+    the pid its launcher names): no rival."""
+    def process(c: Candidate):
+        return c.key or (("pid", c.pid) if c.pid is not None else ("rank", c.rank) if c.rank is not None else None)
+    mine = process(earliest)
+    device = earliest.event.kind in _DEVICE
+    return [c for c in candidates if c is not earliest and process(c) is not None and process(c) != mine
+            and c.event.kind not in _ENDINGS and _same_time(c.event, earliest.event)
+            and (c.event.kind in _DEVICE) == device]
 
 
 def _same_failure(candidates: list[Candidate], event: Event) -> bool:
