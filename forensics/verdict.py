@@ -137,6 +137,7 @@ class Surface:
     also_seen_in: tuple[str, ...] = ()
     site_kind: str = "none"        # python (frames) | native (an error line's file:line or API) | library (a library's own check) | none
     graph_replay: bool = False     # the call was a CUDA graph replay (or under one)
+    name: str | None = None        # the process's name when it has neither rank nor pid
 
 
 @dataclass(frozen=True)
@@ -158,6 +159,7 @@ class Origin:
     evidence: tuple[EvidenceRef, ...]
     confidence: Confidence
     notes: tuple[str, ...] = ()
+    name: str | None = None        # the process's name when it has neither rank nor pid (a paste's main process)
 
 
 @dataclass(frozen=True)

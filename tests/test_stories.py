@@ -235,6 +235,10 @@ def test_a_sanitizer_paste_is_the_main_processes_origin():
     (row,) = v.ranks
     assert row.name == MAIN_PROCESS and row.status == Status.ORIGIN
     assert v.origin.kernel == "scatter_kernel" and v.first_failure.key == row.key
+    # the report names that process wherever it speaks of it
+    assert "unidentified" not in v.headline + v.summary
+    document = build(analyze_text(text))
+    assert document["verdict"]["origin"]["who"] == MAIN_PROCESS == document["verdict"]["first_failure"]["who"]
 
 
 def test_an_exception_printed_raw_below_a_schedulers_announcement_is_the_schedulers():

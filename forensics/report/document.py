@@ -67,16 +67,16 @@ def _verdict(v: Verdict) -> dict:
                    "meaning": v.error.error.meaning, "reported_at": v.error.reported_at,
                    "relayed_only": v.error.relayed_only, "surfaced_as": v.error.cause_of,
                    "from_device_exception": v.error.from_device} if v.error else None),
-        "surfaces": [{"who": who(s.rank, s.pid), "rank": s.rank, "pid": s.pid, "api": s.api, "file": s.file, "line": s.line,
+        "surfaces": [{"who": who(s.rank, s.pid, s.name), "rank": s.rank, "pid": s.pid, "api": s.api, "file": s.file, "line": s.line,
                       "function": s.function, "time": iso(s.time), "source": s.source, "exception": s.exception,
                       "how": s.how, "also_seen_in": list(s.also_seen_in), "error_code": s.error_code,
                       "graph_replay": s.graph_replay} for s in v.surfaces],
         # the contract: origin is null unless evidence names the kernel
-        "origin": ({"who": who(origin.rank, origin.pid), "rank": origin.rank, "pid": origin.pid, "kernel": origin.kernel, "fault": origin.fault,
+        "origin": ({"who": who(origin.rank, origin.pid, origin.name), "rank": origin.rank, "pid": origin.pid, "kernel": origin.kernel, "fault": origin.fault,
                     "address": origin.address, "confidence": origin.confidence.value, "notes": list(origin.notes),
                     "evidence": [{"kind": e.kind, "source": e.source, "text": e.text} for e in origin.evidence]}
                    if origin is not None and origin.kernel else None),
-        "faulting_process": ({"who": who(origin.rank, origin.pid), "rank": origin.rank, "pid": origin.pid, "fault": origin.fault, "address": origin.address,
+        "faulting_process": ({"who": who(origin.rank, origin.pid, origin.name), "rank": origin.rank, "pid": origin.pid, "fault": origin.fault, "address": origin.address,
                               "confidence": origin.confidence.value, "notes": list(origin.notes),
                               "evidence": [{"kind": e.kind, "source": e.source, "text": e.text} for e in origin.evidence]}
                              if origin is not None and not origin.kernel else None),
@@ -161,7 +161,7 @@ def evidence_excerpts(case: "Case") -> list[dict]:
         for ref in v.origin.evidence:
             add(f"origin evidence ({ref.kind})", ref.source)
     for s in v.surfaces:
-        add(f"surface on {who(s.rank, s.pid)}", s.source)
+        add(f"surface on {who(s.rank, s.pid, s.name)}", s.source)
     for r in v.ranks:
         if r.first_error_source and r.status.value in ("collateral", "unknown", "surfaced", "failed"):
             add(f"{'rank ' + str(r.rank) if r.rank is not None else (r.name or r.role)}: {r.status.value}",

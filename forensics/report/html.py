@@ -75,16 +75,15 @@ function table(id, header, rows) {
   if (header) { const tr = el("tr"); header.forEach(h => tr.appendChild(el("th", h))); t.appendChild(tr); }
   rows.forEach(r => { const tr = el("tr"); r.forEach(c => { const td = el("td"); if (c instanceof Node) td.appendChild(c); else td.textContent = c == null ? "-" : String(c); tr.appendChild(td); }); t.appendChild(tr); });
 }
-const who = (rank, pid) => rank != null ? "rank " + rank + (pid != null ? " (pid " + pid + ")" : "") : (pid != null ? "pid " + pid : "an unidentified process");
 $("title").textContent = V.headline;
 $("sig").textContent = R.signature ? "signature " + R.signature : "";
 const vd = $("verdict");
 vd.appendChild(el("p", V.summary));
-if (V.origin) vd.appendChild(para([el("b", "Origin "), el("span", V.origin.kernel, "origin"), " on " + who(V.origin.rank, V.origin.pid) + ": " + V.origin.fault + " - confidence ", el("b", V.origin.confidence)]));
-else if (V.faulting_process) vd.appendChild(para([el("b", "Origin "), "kernel unknown: " + who(V.faulting_process.rank, V.faulting_process.pid) + " faulted on the device (" + V.faulting_process.fault + ")"]));
+if (V.origin) vd.appendChild(para([el("b", "Origin "), el("span", V.origin.kernel, "origin"), " on " + V.origin.who + ": " + V.origin.fault + " - confidence ", el("b", V.origin.confidence)]));
+else if (V.faulting_process) vd.appendChild(para([el("b", "Origin "), "kernel unknown: " + V.faulting_process.who + " faulted on the device (" + V.faulting_process.fault + ")"]));
 else if (V.error && V.error.sticky) vd.appendChild(para([el("b", "Origin "), "unknown: the calls below only reported an earlier asynchronous fault."]));
-V.surfaces.forEach(s => vd.appendChild(para([el("b", "Surface "), who(s.rank, s.pid) + ": " + (s.api ? s.api + " at " : ""), el("code", (s.file || "?") + ":" + s.line), " in ", el("code", s.function || "?"), el("small", " [" + s.source + "]")])));
-if (V.first_failure) vd.appendChild(para([el("b", "First failure "), who(V.first_failure.rank, V.first_failure.pid) + ": " + V.first_failure.basis]));
+V.surfaces.forEach(s => vd.appendChild(para([el("b", "Surface "), s.who + ": " + (s.api ? s.api + " at " : ""), el("code", (s.file || "?") + ":" + s.line), " in ", el("code", s.function || "?"), el("small", " [" + s.source + "]")])));
+if (V.first_failure) vd.appendChild(para([el("b", "First failure "), V.first_failure.who + ": " + V.first_failure.basis]));
 if (V.hardware) vd.appendChild(para([el("b", "Hardware or software "), V.hardware.opinion + ": " + V.hardware.basis + ". To settle it: " + V.hardware.settle]));
 if (V.first_failure && V.first_failure.launcher_opinion) vd.appendChild(el("p", V.first_failure.launcher_opinion, "note"));
 V.notes.forEach(n => vd.appendChild(el("p", n, "note")));

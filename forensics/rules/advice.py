@@ -226,11 +226,11 @@ def headline(verdict) -> str:
             line += f"; {verdict.known_issues[0].likelihood} known issue {verdict.known_issues[0].id}"
         return line
     if origin is not None and origin.kernel:
-        parts.append(f"in {origin.kernel} on {who(origin.rank, origin.pid, brief=True)} ({origin.confidence} confidence)")
+        parts.append(f"in {origin.kernel} on {who(origin.rank, origin.pid, origin.name, brief=True)} ({origin.confidence} confidence)")
     elif verdict.failure_kind == FailureKind.RELAY_ONLY:
         parts.append("- its own failure is not in these inputs")
     elif first is not None and (first.rank is not None or first.pid is not None):
-        parts.append(f"on {who(first.rank, first.pid, brief=True)}")
+        parts.append(f"on {who(first.rank, first.pid, first.name, brief=True)}")
         if origin is not None:
             parts.append("(kernel unknown)" if origin.fault in what else f"({origin.fault}; kernel unknown)")
         elif verdict.error is not None and verdict.error.error.sticky:
@@ -287,12 +287,12 @@ def summary(verdict) -> str:
     if verdict.surfaces:
         s = verdict.surfaces[0]
         where = _site(s) if s.file else "a host call"
-        bits.append(f"surfaced on {who(s.rank, s.pid, brief=True)} at {s.api + ' at ' if s.api else ''}{where}")
+        bits.append(f"surfaced on {who(s.rank, s.pid, s.name, brief=True)} at {s.api + ' at ' if s.api else ''}{where}")
     if origin is not None and origin.kernel:
-        bits.append(f"faulting kernel {origin.kernel} on {who(origin.rank, origin.pid, brief=True)} ({origin.confidence} confidence)")
+        bits.append(f"faulting kernel {origin.kernel} on {who(origin.rank, origin.pid, origin.name, brief=True)} ({origin.confidence} confidence)")
     elif origin is not None:
         fault = "" if any(origin.fault in b for b in bits) else f" ({origin.fault})"
-        bits.append(f"{who(origin.rank, origin.pid, brief=True)} ran the faulting kernel{fault} but no evidence names it")
+        bits.append(f"{who(origin.rank, origin.pid, origin.name, brief=True)} ran the faulting kernel{fault} but no evidence names it")
     elif error is not None and error.error.sticky:
         bits.append("the faulting kernel is unknown: the reporting call is only where the sticky error surfaced")
     first = verdict.first_failure
@@ -300,7 +300,7 @@ def summary(verdict) -> str:
         bits.append("only relays of the failure are in the inputs: the failing process's own error is not")
     elif first is not None and (first.rank is not None or first.pid is not None):
         # a process without a rank (a single process, a server's own process) by its pid
-        bits.append(f"first failure: {who(first.rank, first.pid, brief=True)}")
+        bits.append(f"first failure: {who(first.rank, first.pid, first.name, brief=True)}")
     elif first is not None:
         bits.append("the first failing rank cannot be told from these inputs")
     collateral = sorted({v.rank for v in verdict.ranks if v.status == Status.COLLATERAL and v.rank is not None})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from forensics import knowledge
 from forensics.events import RELAY, Event, Frame, Kind, Severity
 from forensics.rules.base import Evidence, Rule, VerdictView
@@ -153,6 +155,10 @@ class SurfacePoints(Rule):
             surface = surface_of(event)
             if surface.file is None and surface.api is None and event.kind != Kind.CUDA_ERROR:
                 continue
+            if event.pid is None and event.rank is None:
+                info = evidence.processes.info_of(event)     # a paste's main process, by its name
+                if info is not None and info.name:
+                    surface = dataclasses.replace(surface, name=info.name)
             # one process: its pid, else its rank, else (a paste of one process) the input
             key = event.pid if event.pid is not None else (
                 ("rank", event.rank) if event.rank is not None else ("input", event.source))

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from forensics import knowledge, names
 from forensics.events import Event, Kind, clip
 from forensics.rules.base import Evidence, Rule, VerdictView
-from forensics.verdict import Confidence, EvidenceRef, Origin
+from forensics.story import Seen
+from forensics.verdict import Confidence, EvidenceRef, Origin, who
 
 _FAULT_REPORTS = ("access", "warp_assert", "uninit", "barrier", "race", "hazard")
 _TOOL_ORDER = {"cuda-coredump": 0, "coredump-progress": 1, "compute-sanitizer": 2, "cuda-gdb": 3, "device-assert": 4}
@@ -57,7 +58,7 @@ class DeviceOrigin(Rule):
         origin = self._from_kernel_evidence(evidence, verdict, strong, xids) if strong else self._from_xid(evidence, xids)
         verdict.origin = origin
         kernel = origin.kernel or "an unnamed kernel"
-        verdict.explain(f"Origin: {kernel} on rank {origin.rank} (pid {origin.pid}), {origin.fault}; confidence "
+        verdict.explain(f"Origin: {kernel} on {who(origin.rank, origin.pid, origin.name)}, {origin.fault}; confidence "
                         f"{origin.confidence} ({'; '.join(origin.notes) or 'direct evidence'}).")
 
     def _from_kernel_evidence(self, evidence: Evidence, verdict: VerdictView, strong: list[KernelEvidence],
@@ -105,9 +106,13 @@ class DeviceOrigin(Rule):
             confidence = Confidence.LOW
         refs = tuple(EvidenceRef(e.tool, e.where, clip(e.text, 300)) for e in strong[:10])
         refs = _unique(refs + tuple(_ref(x) for x in xids[:3]))
+        # a process with neither pid nor rank (a paste's main process) is named by its story
+        name = None if pid is not None or rank is not None else next(
+            (s.name for s in evidence.stories.stories if any(o.event.where == first.where
+                                                             for o in s.all(Seen.DEVICE_FAULT))), None)
         return Origin(rank=rank, pid=pid, kernel=first.kernel, fault=first.fault,
                       address=next((e.address for e in strong if e.address), None),
-                      evidence=refs, confidence=confidence, notes=tuple(notes))
+                      evidence=refs, confidence=confidence, notes=tuple(notes), name=name)
 
     def _from_xid(self, evidence: Evidence, xids: list[Event]) -> Origin:
         xid = xids[0]
