@@ -28,7 +28,7 @@ import enum
 from dataclasses import dataclass, replace
 
 from forensics import knowledge
-from forensics.events import Event, Kind, freeze
+from forensics.events import Event, Kind, Severity, freeze
 from forensics.timeline import ProcessInfo, ProcessTable
 
 
@@ -196,6 +196,10 @@ def seen_in(event: Event, role: str | None, first_timeout: Event | None) -> Seen
     """What ``event`` says about the process that printed it (None: nothing that
     decides how it went down)."""
     kind = event.kind
+    if kind == Kind.SANITIZER and event.attrs.get("report") == "api_error":
+        # compute-sanitizer's "Program hit <error> on CUDA API call to <api>": the
+        # program's own host call failing, seen by the tool (not a probe it expects to fail)
+        return Seen.OWN_ERROR if event.severity >= Severity.ERROR and event.attrs.get("cuda_error") else None
     device = _device_fault(event)
     if device is not None:
         if device:

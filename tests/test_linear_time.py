@@ -79,7 +79,7 @@ TEXT = {
     "phases": ["startup.frames[].function", "startup.frames[].file", "startup.messages[]",
                "startup.exceptions[]"],
     "prefilter": ["anchors.always[]", "anchors.skip_triggers[]"],
-    "processes": ["quoted_process[].id", "role[].role", "vllm_v0.markers[]"],
+    "processes": ["quoted_process[].id", "role[].role", "vllm_v0.markers[]", "launcher.files[]"],
     "redaction": ["public.hosts[]", "rule[].kind", "rule[].replace", "rule[].allow", "rule[].check",
                   "rule[].triggers[]"],
     "signals": ["signal.*", "watchdog.exceptions[]"],

@@ -320,3 +320,22 @@ def test_two_processes_failing_in_the_same_second_leave_the_first_failure_undeci
     assert v.first_failure.pid == first
     if first is None:
         assert v.first_failure.key is None and "cannot tell which failed first" in v.first_failure.basis
+
+
+SANITIZER_API_ERROR = ('========= Program hit cudaErrorLaunchFailure (error 719) due to "unspecified launch failure" '
+                       "on CUDA API call to cudaDeviceSynchronize.\n"
+                       "=========     Saved host backtrace up to driver entry point at error\n"
+                       "=========         Host Frame: c10::cuda::device_synchronize() [0x2e1a4] in libc10_cuda.so\n")
+
+
+def test_a_host_call_only_the_sanitizer_saw_fail_is_the_programs_surfaced_error():
+    v = analyze_text(SANITIZER_API_ERROR).verdict
+    (row,) = v.ranks
+    assert row.status == Status.SURFACED and v.first_failure.key == row.key
+
+
+def test_a_stamped_error_line_of_another_process_comes_before_an_untimed_sanitizer_record():
+    text = SANITIZER_API_ERROR + ("(Worker_TP1 pid=12) ERROR 12-04 09:00:01 [worker.py:1] RuntimeError: CUDA error: "
+                                  "an illegal memory access was encountered\n")
+    v = analyze_text(text).verdict
+    assert v.first_failure.pid == 12

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from forensics import knowledge
 from forensics.events import RELAY, Event, Kind, clip
 from forensics.rules.base import Evidence, Rule, VerdictView
-from forensics.rules.errors import reported, tool_reported_errors
+from forensics.rules.errors import reported
 from forensics.story import FIRST_HAND, NOTICED, Seen, Story, crash_signal, first_timeout_event
 from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status, rank_list, ranks_phrase, who
 
@@ -296,10 +296,6 @@ class FirstFailureRule(Rule):
             return
         candidates = _candidates(evidence)
         if not candidates:
-            candidates = [Candidate(e, e.pid, e.rank, f"{e.attrs['api']} returned {reported(e).name} "
-                                                      "(seen by compute-sanitizer)")
-                          for e in tool_reported_errors(evidence)]
-        if not candidates:
             # relays by kind, and what the stories read as relays besides (a launcher's own traceback)
             told = {id(o.event) for s in evidence.stories.stories for o in s.observations if o.seen == Seen.RELAY}
             told |= {id(o.event) for o in evidence.stories.unattributed if o.seen == Seen.RELAY}
@@ -526,6 +522,8 @@ def describe(event: Event) -> str:
     err = event.attrs.get("cuda_error")
     if event.kind == Kind.CUDA_ERROR and err is not None:
         return f"{err.name} reported"
+    if event.kind == Kind.SANITIZER and event.attrs.get("api") and err is not None:
+        return f"{event.attrs['api']} returned {err.name} (seen by compute-sanitizer)"
     if event.kind == Kind.DEVICE_ASSERT:
         return f"device-side assert in {event.attrs.get('function') or 'a kernel'}"
     if event.kind == Kind.OOM:
@@ -706,7 +704,8 @@ class RankStatuses(Rule):
                 # the one that failed first: its kernels read what the failed rank left
                 status, failure = (Status.COLLATERAL, f"reported {verdict.error.name} after rank {first.rank} "
                                    "failed (through memory or a collective they share)")
-            elif e.kind in (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT):
+            elif e.kind in (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT) or \
+                    (e.kind == Kind.SANITIZER and reported(e) is not None):    # a host call failing, seen by the tool
                 status, failure = Status.SURFACED, describe(e)
             elif e.kind in (Kind.OOM, Kind.FATAL_SIGNAL) or is_first or first is None or first.rank is None:
                 status, failure = Status.FAILED, describe(e)
