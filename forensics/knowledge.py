@@ -67,6 +67,24 @@ def lookup_error(key: str | int | None) -> CudaError | None:
     return _error_index().get(text)
 
 
+CUT_MESSAGE_MIN = 20   # characters of a message cut at the end of a paste that still name it
+
+
+@functools.lru_cache(maxsize=None)
+def _messages_by_text() -> tuple[tuple[str, "CudaError"], ...]:
+    return tuple((e.message.rstrip(".").lower(), e) for e in cuda_errors() if e.family == "cuda" and e.message)
+
+
+def _cut_message(said: str, line: str) -> CudaError | None:
+    """The error whose message ``said`` begins, when the line ends inside it (a paste cut
+    mid-message: "CUDA error: an illegal memory access was") and only one message begins so."""
+    said = said.strip().lower()
+    if len(said) < CUT_MESSAGE_MIN or not line.rstrip().lower().endswith(said):
+        return None
+    found = {e.code: e for text, e in _messages_by_text() if text.startswith(said) and text != said}
+    return next(iter(found.values())) if len(found) == 1 else None
+
+
 @dataclass(frozen=True)
 class ErrorForm:
     """A way a library prints a CUDA error (data/cuda_error_forms.toml)."""
@@ -130,7 +148,7 @@ def find_cuda_error(text: str) -> ErrorMatch | None:
                 error = lookup_error(groups[key])
         if error is None and "text" in groups:
             inner = _message_texts().search(groups["text"])
-            error = lookup_error(inner.group("text")) if inner else None
+            error = lookup_error(inner.group("text")) if inner else _cut_message(groups["text"], text)
         if error is None:
             continue
         line = groups.get("line")

@@ -138,6 +138,8 @@ class Surface:
     site_kind: str = "none"        # python (frames) | native (an error line's file:line or API) | library (a library's own check) | none
     graph_replay: bool = False     # the call was a CUDA graph replay (or under one)
     name: str | None = None        # the process's name when it has neither rank nor pid
+    caller: str | None = None      # "file:line in function": the innermost frame outside torch, triton and the
+                                   # standard library, when the surface frame is inside them
 
 
 @dataclass(frozen=True)

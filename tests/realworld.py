@@ -90,6 +90,8 @@ def mismatches(case_result, spec: dict) -> list[str]:
         elif want.get("surface_api") and not any(s.api and want["surface_api"].split(".")[-1] in s.api
                                                  for s in candidates[:1]):
             bad.append(f"surface api {[s.api for s in candidates[:1]]} != {want['surface_api']}")
+        elif "surface_caller" in want and candidates[0].caller != want["surface_caller"]:
+            bad.append(f"surface caller {candidates[0].caller} != {want['surface_caller']}")
     return bad
 
 

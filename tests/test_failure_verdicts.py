@@ -345,10 +345,12 @@ def test_a_single_process_fragment_without_rank_information():
     assert v.first_failure.rank is None and v.first_failure.pid is None
     assert not [r for r in v.ranks if r.role == "worker"] and v.collateral == ()
     (s,) = v.surfaces
-    # torch's own frame is skipped: the surface is the user's call
-    assert (s.rank, s.file, s.line, s.function, s.api) == (None, "/app/bench/runner.py", 140, "step",
-                                                          "torch.cuda.synchronize")
-    assert "runner.py:140" in v.headline
+    # the innermost frame (torch's own, which called the runtime), and the user's call beside it
+    assert (s.rank, s.file, s.line, s.function, s.api) == \
+        (None, "/usr/local/lib/python3.11/site-packages/torch/cuda/__init__.py", 985, "synchronize",
+         "torch.cuda.synchronize")
+    assert s.caller == "runner.py:140 in step"
+    assert "__init__.py:985" in v.headline and "runner.py:140" in v.headline
 
 
 # --- a device assert surfacing as a cuBLAS status -------------------------------------------------
@@ -384,7 +386,8 @@ def test_device_assert_surfacing_as_cublas_status():
     # ... and the surface is the cuBLAS call that noticed it
     (s,) = v.surfaces
     assert s.api == "cublasGemmEx"
-    assert (s.file.rsplit("/", 1)[-1], s.line, s.function) == ("modeling_mistral.py", 212, "forward")
+    assert (s.file.rsplit("/", 1)[-1], s.line, s.function, s.caller) == \
+        ("linear.py", 125, "forward", "modeling_mistral.py:212 in forward")
     assert v.error.name == "CUBLAS_STATUS_EXECUTION_FAILED" and v.error.code is None
     assert {p.part: p.value for p in v.signature_parts}["fault"] == "device-assert"
 

@@ -480,7 +480,7 @@ def test_a_cublas_status_with_a_cuda_error_is_where_the_error_surfaced():
 # --- SurfacePoints -------------------------------------------------------------------------
 
 @covers(SurfacePoints)
-def test_surface_points_one_per_process_innermost_relevant_frame():
+def test_surface_points_one_per_process_innermost_frame_and_its_caller():
     frames = [Frame("/srv/app/server.py", 40, "serve", "self.step()"),
               Frame("/srv/app/runner.py", 88, "step", "ids = out.tolist()"),
               Frame("/usr/lib/python3.12/site-packages/torch/_tensor.py", 1100, "tolist", "return x")]
@@ -494,9 +494,12 @@ def test_surface_points_one_per_process_innermost_relevant_frame():
     surfaces = draft.values["surfaces"]
     assert fired and len(surfaces) == 2
     first, second = surfaces                                    # ordered by time
-    assert (first.rank, first.pid, first.file, first.line, first.function) == (2, 102, "/srv/app/runner.py", 88, "step")
+    # the innermost frame, in torch's own file; the program's line that called it beside it
+    assert (first.rank, first.pid, first.file, first.line, first.function) == \
+        (2, 102, "/usr/lib/python3.12/site-packages/torch/_tensor.py", 1100, "tolist")
+    assert first.caller == "runner.py:88 in step"
     assert first.api == "Tensor.tolist" and first.error_code == 700 and first.how == "raised"
-    assert (second.rank, second.api, second.line) == (0, "torch.cuda.synchronize", 120)
+    assert (second.rank, second.api, second.line, second.caller) == (0, "torch.cuda.synchronize", 120, None)
 
 
 @covers(SurfacePoints)
@@ -506,7 +509,7 @@ def test_surface_in_a_cuda_graph_replay_is_marked():
     evidence = evidence_of([cuda_error(1, frames=frames)])
     _, draft = apply(SurfacePoints, evidence, error=ErrorInfo(ILLEGAL_ADDRESS, "console.log:50"))
     (s,) = draft.values["surfaces"]
-    assert s.graph_replay and s.function == "step"
+    assert s.graph_replay and s.function == "replay" and s.caller == "runner.py:88 in step"
 
 
 @covers(SurfacePoints)

@@ -70,7 +70,7 @@ def _verdict(v: Verdict) -> dict:
         "surfaces": [{"who": who(s.rank, s.pid, s.name), "rank": s.rank, "pid": s.pid, "api": s.api, "file": s.file, "line": s.line,
                       "function": s.function, "time": iso(s.time), "source": s.source, "exception": s.exception,
                       "how": s.how, "also_seen_in": list(s.also_seen_in), "error_code": s.error_code,
-                      "graph_replay": s.graph_replay} for s in v.surfaces],
+                      "graph_replay": s.graph_replay, "caller": s.caller} for s in v.surfaces],
         # the contract: origin is null unless evidence names the kernel
         "origin": ({"who": who(origin.rank, origin.pid, origin.name), "rank": origin.rank, "pid": origin.pid, "kernel": origin.kernel, "fault": origin.fault,
                     "address": origin.address, "confidence": origin.confidence.value, "notes": list(origin.notes),

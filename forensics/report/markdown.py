@@ -170,6 +170,8 @@ def _chain(document: dict) -> list[str]:
         place = str(s["file"]).rsplit("/", 1)[-1] + (f":{s['line']}" if s["line"] is not None else "")
         where = (md_code(place) + (f" in {md_code(s['function'])}" if s["function"] else "")) if s["file"] \
             else "a host call"
+        if s.get("caller"):
+            where += f" (called from {md_code(s['caller'])})"
         steps.append(f"{s['who']} noticed it: {api}{where} raised {md_code(s['exception'])} "
                      f"({md_text(s['how'])}) \\[{md_code(s['source'])}\\]")
     first = v["first_failure"]

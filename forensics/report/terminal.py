@@ -109,7 +109,8 @@ def _verdict_panel(document: dict, plain_output: bool):
         where = (_short(s["file"]) + (f":{s['line']}" if s["line"] is not None else "")
                  + (f" in {s['function']}" if s["function"] else "")) if s["file"] else "no source location"
         api = f"{s['api']} at " if s["api"] else ""
-        lines.append(_row("Surface", f"{s['who']}: {plain(api + where)}",
+        called = f", called from {s['caller']}" if s.get("caller") else ""
+        lines.append(_row("Surface", f"{s['who']}: {plain(api + where + called)}",
                           (f"  [{plain(s['source'])}]", "source")))
     if len(v["surfaces"]) > 6:
         lines.append(Text(f"        ... {len(v['surfaces']) - 6} more surfaces (--format json)", style="note"))

@@ -175,6 +175,11 @@ def _surface_site(surfaces) -> str | None:
     for s in surfaces:
         if s.file and not any(p.search(s.file) for p in skip):
             return f"{s.file.rsplit('/', 1)[-1]}:{s.function}" + (f"@{s.api}" if s.api else "")
+        if s.caller:
+            # a surface in torch's own files: the program's line that called it, without
+            # its line number (the same bug moves lines between versions)
+            place, _, function = s.caller.partition(" in ")
+            return f"{place.rsplit(':', 1)[0]}:{function}" + (f"@{s.api}" if s.api else "")
     return None
 
 
@@ -241,7 +246,8 @@ def headline(verdict) -> str:
         s = _surface_of_first(verdict)
         where = _site(s) if s.file else None
         if where:
-            parts.append(f"- surfaced at {where}" + (f" ({s.api})" if s.api else ""))
+            parts.append(f"- surfaced at {where}" + (f" ({s.api})" if s.api else "")
+                         + (f", called from {s.caller}" if s.caller else ""))
     line = " ".join(parts)
     if verdict.known_issues:
         k = verdict.known_issues[0]

@@ -286,7 +286,7 @@ def surface_of(event: Event) -> Surface:
     return Surface(rank=event.rank, pid=event.pid, api=api, file=file, line=line, function=function,
                    time=event.time, source=event.where, exception=exception,
                    error_code=err.code if err is not None else None, error_name=err.name if err is not None else None,
-                   how=how, graph_replay=replay,
+                   how=how, graph_replay=replay, caller=caller_of(frames, site),
                    site_kind=site_kind if file is not None or api is None else "native")
 
 
@@ -295,16 +295,41 @@ def _is_check_helper(function: str | None) -> bool:
 
 
 def relevant(frame: Frame) -> bool:
+    """Whether a frame can be the surface: any but an error-check helper's (checkCudaErrors
+    only turns a code into an exception) and the interpreter's own (<frozen ...>)."""
     # Cython frames name functions module-qualified (cupy_backends...runtime.check_status)
     name = (frame.function or "").rsplit(".", 1)[-1]
     if name and any(p.search(name) for p in knowledge.error_check_frames()):
         return False
-    return not any(p.search(frame.file) for p in knowledge.library_internal_files())
+    return not frame.file.startswith("<")
+
+
+def program_frame(frame: Frame) -> bool:
+    """A frame of the program (or of a library it uses) rather than of torch, triton or the
+    standard library: where a surface inside those was called from."""
+    return relevant(frame) and not any(p.search(frame.file) for p in knowledge.library_internal_files())
+
+
+def caller_of(frames: tuple[Frame, ...], site: Frame | None) -> str | None:
+    """"file:line in function" of the innermost program frame, when the surface frame is not one."""
+    if site is None or program_frame(site):
+        return None
+    caller = next((f for f in reversed(frames[:_position(frames, site)]) if program_frame(f)), None)
+    if caller is None:
+        return None
+    return f"{caller.file.rsplit('/', 1)[-1]}:{caller.line} in {caller.function}"
+
+
+def _position(frames: tuple[Frame, ...], frame: Frame) -> int:
+    """Where this very frame is (a recursion repeats equal frames: index() finds the outermost)."""
+    return next(i for i, f in enumerate(frames) if f is frame)
 
 
 def pick_site(frames: tuple[Frame, ...]) -> tuple[str | None, Frame | None]:
-    """(API, frame): the innermost relevant frame; the API its code calls, if any, or
-    that the library frames below it call."""
+    """(API, frame): the innermost relevant frame - the code that called the host API,
+    even in torch's own files (torch/cuda/streams.py's synchronize); the API its code
+    calls, if any, or that the library frames below it call, or the library call its
+    caller made (``torch.cuda.synchronize()``)."""
     site = next((f for f in reversed(frames) if relevant(f)), None)
     if site is None:
         return None, (frames[-1] if frames else None)
@@ -312,6 +337,10 @@ def pick_site(frames: tuple[Frame, ...]) -> tuple[str | None, Frame | None]:
     api = knowledge.surface_api_of(site.code) or (knowledge.surface_api_of(site.function) if site.code is None
                                                   else None)
     if api is None:
-        inner = frames[frames.index(site) + 1:]
+        inner = frames[_position(frames, site) + 1:]
         api = next((knowledge.surface_api_of(f.code) for f in reversed(inner) if knowledge.surface_api_of(f.code)), None)
+    if api is None and not program_frame(site):
+        # torch's own frame calls torch._C; the library call is what its caller wrote
+        outer = [f for f in frames[:_position(frames, site)] if program_frame(f)]
+        api = knowledge.surface_api_of(outer[-1].code) if outer else None
     return api, site
