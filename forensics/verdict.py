@@ -162,6 +162,8 @@ class Origin:
     confidence: Confidence
     notes: tuple[str, ...] = ()
     name: str | None = None        # the process's name when it has neither rank nor pid (a paste's main process)
+    location: str | None = None    # the kernel's source line a tool named (sanitizer, cuda-gdb, device assert)
+    launch_site: str | None = None # the host code that launched the kernel, when a tool named it
 
 
 @dataclass(frozen=True)

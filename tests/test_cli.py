@@ -372,6 +372,19 @@ def test_version_and_help():
         assert command in helped.output
 
 
+def test_one_version_number_in_the_package_metadata_and_the_cli():
+    """pyproject reads the version from forensics.__version__; an installed copy's
+    metadata says the same (a checkout run without install has no metadata to check)."""
+    from importlib import metadata
+    text = (Path(__file__).resolve().parent.parent / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in text and 'attr = "forensics.__version__"' in text
+    try:
+        installed = metadata.version("forensics")
+    except metadata.PackageNotFoundError:
+        pytest.skip("forensics is not installed")
+    assert installed == forensics.__version__
+
+
 # --- archives --------------------------------------------------------------------------------
 
 def test_an_archive_is_read_like_its_folder(tmp_path):

@@ -73,6 +73,7 @@ def _verdict(v: Verdict) -> dict:
                       "graph_replay": s.graph_replay, "caller": s.caller} for s in v.surfaces],
         # the contract: origin is null unless evidence names the kernel
         "origin": ({"who": who(origin.rank, origin.pid, origin.name), "rank": origin.rank, "pid": origin.pid, "kernel": origin.kernel, "fault": origin.fault,
+                    "location": origin.location, "launch_site": origin.launch_site,
                     "address": origin.address, "confidence": origin.confidence.value, "notes": list(origin.notes),
                     "evidence": [{"kind": e.kind, "source": e.source, "text": e.text} for e in origin.evidence]}
                    if origin is not None and origin.kernel else None),

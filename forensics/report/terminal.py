@@ -117,8 +117,14 @@ def _verdict_panel(document: dict, plain_output: bool):
     origin, faulting = v["origin"], v["faulting_process"]
     if origin:
         lines.append(_row("Origin", (plain(origin["kernel"]), "origin"),
+                          (f" at {plain(origin['location'])}" if origin.get("location") else ""),
                           f" on {origin['who']}: {plain(origin['fault'])}",
                           (f"  confidence {origin['confidence']}", "label")))
+        if origin.get("launch_site"):
+            lines.append(Text(f"        launched from {plain(origin['launch_site'])}", style="note"))
+        named_by = origin["evidence"][0] if origin["evidence"] else None
+        if named_by:
+            lines.append(Text(f"        named by {plain(named_by['kind'])} [{plain(named_by['source'])}]", style="source"))
         for note in origin["notes"]:
             lines.append(Text(f"        {plain(note)}", style="note"))
     elif faulting:

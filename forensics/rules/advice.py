@@ -231,7 +231,9 @@ def headline(verdict) -> str:
             line += f"; {verdict.known_issues[0].likelihood} known issue {verdict.known_issues[0].id}"
         return line
     if origin is not None and origin.kernel:
-        parts.append(f"in {origin.kernel} on {who(origin.rank, origin.pid, origin.name, brief=True)} ({origin.confidence} confidence)")
+        at = f" at {origin.location}" if origin.location else ""
+        parts.append(f"in {origin.kernel}{at} on {who(origin.rank, origin.pid, origin.name, brief=True)} "
+                     f"({origin.confidence} confidence)")
     elif verdict.failure_kind == FailureKind.RELAY_ONLY:
         parts.append("- its own failure is not in these inputs")
     elif first is not None and (first.rank is not None or first.pid is not None):

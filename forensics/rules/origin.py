@@ -33,6 +33,8 @@ class KernelEvidence:
     address: str | None
     where: str
     text: str
+    location: str | None = None      # the kernel's source line the tool named ("file.cu:43")
+    launch_site: str | None = None   # the host code that launched it, when the tool named it
 
 
 class DeviceOrigin(Rule):
@@ -112,7 +114,10 @@ class DeviceOrigin(Rule):
                                                              for o in s.all(Seen.DEVICE_FAULT))), None)
         return Origin(rank=rank, pid=pid, kernel=first.kernel, fault=first.fault,
                       address=next((e.address for e in strong if e.address), None),
-                      evidence=refs, confidence=confidence, notes=tuple(notes), name=name)
+                      evidence=refs, confidence=confidence, notes=tuple(notes), name=name,
+                      location=next((e.location for e in strong if e.location and names.normalise(e.kernel)
+                                     == names.normalise(first.kernel)), None),
+                      launch_site=next((e.launch_site for e in strong if e.launch_site), None))
 
     def _from_xid(self, evidence: Evidence, xids: list[Event]) -> Origin:
         xid = xids[0]
@@ -156,13 +161,17 @@ def kernel_evidence(evidence: Evidence) -> list[KernelEvidence]:
         if event.attrs.get("address_note"):
             fault = f"{fault}: address {event.attrs['address_note']}"
         out.append(KernelEvidence(tool=_tool(event), kernel=kernel, fault=fault, pid=event.pid, rank=event.rank,
-                                  address=event.attrs.get("address"), where=event.where, text=event.message))
+                                  address=event.attrs.get("address"), where=event.where, text=event.message,
+                                  location=event.attrs.get("kernel_source") or None,
+                                  launch_site=event.attrs.get("launch_site") or None))
     out.extend(_coredump_progress(evidence))
     for event in evidence.of_kind(Kind.DEVICE_ASSERT):
         kernel = names.from_device_assert(event.attrs.get("function"), event.attrs.get("file"), event.attrs.get("line"))
+        file, line = event.attrs.get("file"), event.attrs.get("line")
         out.append(KernelEvidence(tool="device-assert", kernel=kernel,
                                   fault=f"device-side assert `{event.attrs.get('condition', '')}`",
-                                  pid=event.pid, rank=event.rank, address=None, where=event.where, text=event.message))
+                                  pid=event.pid, rank=event.rank, address=None, where=event.where, text=event.message,
+                                  location=f"{file}:{line}" if file and line else None))
     faults = [e for e in out if "race" not in e.fault.lower() and "hazard" not in e.fault.lower()]
     return sorted(faults or out, key=lambda e: _TOOL_ORDER.get(e.tool, 5))
 
