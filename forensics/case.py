@@ -39,6 +39,7 @@ class Case:
     verdict: Verdict
     processes: timeline.ProcessTable
     walk: Walk = field(default_factory=Walk)
+    stories: Any = None              # forensics.story.Stories: what the rules read each process's lines as
     _frame: Any = field(default=None, repr=False)
 
     @property
@@ -92,7 +93,7 @@ def analyze(*paths, kb_dirs: list[str] | None = None, on_source: Callable[[Sourc
     if not flat:
         raise NothingToAnalyse("nothing to analyse: give a folder, files, or - for stdin")
     entries = kb.load_dirs(kb_dirs) if kb_dirs else None
-    walk = Walk()
+    walk = Walk(paths=tuple(flat))
     walk.protect(*outputs)
 
     def forced(source: Source) -> Source:
@@ -142,9 +143,10 @@ def analyze_parsed(parsed: list[ParsedSource], kb_entries=None, walk: Walk | Non
     facts = tuple(SourceFacts(p.relpath, p.kind, tuple(p.formats), bool(set(p.formats) & TOOL_FORMATS))
                   for p in parsed)
     evidence = Evidence(events=current, processes=table, sources=facts, kb_entries=tuple(kb_entries or ()),
-                        traffic=traffic, notes=tuple(notes))
+                        traffic=traffic, notes=tuple(notes), inputs=walk.paths if walk is not None else ())
     verdict = rules.run(evidence)
-    return Case(sources=parsed, events=events, verdict=verdict, processes=table, walk=walk or Walk())
+    return Case(sources=parsed, events=events, verdict=verdict, processes=table, walk=walk or Walk(),
+                stories=evidence.stories)
 
 
 def _refuse_if_empty(given: list[str], parsed: list[ParsedSource]) -> None:

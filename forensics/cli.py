@@ -66,10 +66,16 @@ def main() -> None:
 @click.option("--exit-code", "exit_code", is_flag=True,
               help=f"Exit with {EXIT_FAILURE_FOUND} when a failure is found (for scripts and CI).")
 @click.option("-q", "--quiet", is_flag=True, help="Terminal: the verdict only; no progress bar.")
-@click.option("-v", "--verbose", is_flag=True, help="Terminal: also how each rule decided.")
+@click.option("-v", "--verbose", is_flag=True, help="Terminal: the whole report and how each rule decided.")
+@click.option("--full", is_flag=True, help="Terminal: every section, not only the first screen.")
+@click.option("--show", "show", callback=lambda ctx, param, value: _sections(value),
+              help="Terminal: the verdict and these sections, comma-separated: known-issues, next-steps, "
+                   "explain, processes, timeline, checklist, env, inputs.")
+@click.option("--pager/--no-pager", default=True, show_default=True,
+              help="Terminal: page a report taller than the screen (less -FRX, or $PAGER), only on a TTY.")
 @click.option("--debug", is_flag=True, help="Show Python tracebacks of internal errors.")
 def analyze(paths, fmt, redact, output, title_file, explain, timeline_limit, kb_dirs, kind, follow_links, engine,
-            scheduler, exit_code, quiet, verbose, debug) -> None:
+            scheduler, exit_code, quiet, verbose, full, show, pager, debug) -> None:
     """Analyse crash evidence: folders (recursively), files, archives, or - for stdin.
 
     \b
@@ -106,19 +112,33 @@ def analyze(paths, fmt, redact, output, title_file, explain, timeline_limit, kb_
             raise
         _error(f"internal error: {type(exc).__name__}: {exc}. Re-run with --debug and report it with the inputs.")
         sys.exit(EXIT_INTERNAL)
-    _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose, timeline_limit, debug)
+    _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose, timeline_limit, debug,
+                  full=full, show=show, pager=pager and not output)
     if exit_code and case.verdict.failed:
         sys.exit(EXIT_FAILURE_FOUND)
 
 
+def _sections(value: str | None) -> tuple[str, ...]:
+    from forensics.report.terminal import SECTION_NAMES
+    if not value:
+        return ()
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in SECTION_NAMES]
+    if unknown:
+        raise click.BadParameter(f"{', '.join(map(inert.plain, unknown))}: not a section; use "
+                                 f"{', '.join(SECTION_NAMES)}", param_hint="--show")
+    return names
+
+
 def _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose, timeline_limit,
-                  debug: bool = False) -> None:
+                  debug: bool = False, full: bool = False, show: tuple = (), pager: bool = False) -> None:
     from forensics.report import REPORTERS, Options, render
     from forensics.report.document import build
     if redact is None:
         redact = REPORTERS[fmt].redact_by_default
     document = build(case, None if fmt == "html" or not timeline_limit else timeline_limit)
-    options = Options(redact=redact, explain=explain, quiet=quiet, verbose=verbose, title_separately=bool(title_file))
+    options = Options(redact=redact, explain=explain, quiet=quiet, verbose=verbose, title_separately=bool(title_file),
+                      full=full or fmt != "terminal" or bool(output), show=show, pager=pager and fmt == "terminal")
     try:
         if title_file:
             from forensics.report.markdown import title

@@ -231,6 +231,7 @@ class NextStep:
     why: str
     command: str | None             # None: an action, not a command
     warnings: tuple[str, ...] = ()  # values from the logs that were not used (did not look right)
+    title: str = ""                 # the action, as an imperative ("Re-run one request under compute-sanitizer ...")
 
 
 @dataclass(frozen=True)

@@ -156,8 +156,9 @@ def test_a_run_without_failure_raises_no_concern():
 def test_checklist_in_terminal_json_and_markdown():
     runner = CliRunner()
     bundle = str(HANDMADE / "mnnvl_incident")
-    out = runner.invoke(main, ["analyze", bundle]).output
+    out = runner.invoke(main, ["analyze", bundle, "--show", "checklist"]).output
     assert "Incident checklist" in out and "all-reduce backend" in out
+    assert "Incident checklist" not in runner.invoke(main, ["analyze", bundle]).output    # not on the first screen
     report = json.loads(runner.invoke(main, ["analyze", bundle, "--format", "json"]).output)
     by_check = {c["check"]: c for c in report["checklist"]}
     assert list(by_check) == CHECKS

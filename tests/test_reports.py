@@ -111,3 +111,46 @@ def test_two_unrelated_incidents_together_get_a_warning():
     assert "unrelated runs" in rendered(both, "terminal")
     alone = case_of(REPO / "samples" / "gpu_tp4_oob_del_cumemfree")
     assert not any("unrelated runs" in note for note in alone.verdict.notes)
+
+
+FIRST_SCREEN_LINES = 40
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_the_first_screen_is_the_answer(path):
+    """The default terminal report fits 40 lines at 80 columns and holds the answer: the
+    headline, the surfaces, the origin or why none is known, the first next steps; the
+    rest is behind --full, which ends with the headline again (what stays on screen)."""
+    case = case_of(path)
+    v = case.verdict
+    compact = rendered(case, "terminal")
+    lines = compact.splitlines()
+    assert len(lines) <= FIRST_SCREEN_LINES, compact
+    flat = _squash(compact)
+    assert _squash(v.headline)[:60] in flat
+    if v.surfaces:
+        assert "Surface" in compact
+    if v.origin is not None:
+        assert "Origin" in compact
+    if v.next_steps:
+        assert _squash(v.next_steps[0].title or v.next_steps[0].why)[:50] in flat
+    assert "Timeline around the failure" not in compact and "Incident checklist" not in compact
+    out = io.StringIO()
+    render(build(case), "terminal", out, Options(width=80, color=False, redact=False, full=True))
+    full = out.getvalue()
+    assert "Timeline around the failure" in full
+    if v.checklist:
+        assert "Incident checklist" in full
+    assert _squash(full.splitlines()[-1]) in _squash(v.headline) or _squash(v.headline)[-40:] in _squash(
+        " ".join(full.splitlines()[-4:]))
+
+
+def test_show_picks_sections_by_name_and_refuses_unknown_ones():
+    from click.testing import CliRunner
+    from forensics.cli import main
+    sample = str(REPO / "samples" / "gpu_tp4_oob_del_cumemfree")
+    shown = CliRunner().invoke(main, ["analyze", sample, "--show", "timeline,env"]).output
+    assert "Timeline around the failure" in shown and "Environment" in shown
+    assert "Next steps" not in shown and "Incident checklist" not in shown
+    refused = CliRunner().invoke(main, ["analyze", sample, "--show", "timeline,nope"])
+    assert refused.exit_code == 2 and "nope: not a section" in refused.output

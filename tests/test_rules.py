@@ -838,7 +838,12 @@ def test_next_steps_ask_for_device_evidence_when_the_kernel_is_unknown():
 def test_next_steps_for_a_graph_replay_do_not_suggest_launch_blocking():
     _, draft = apply(NextSteps, evidence_of([cuda_error(2)]), error=ErrorInfo(ILLEGAL_ADDRESS, "x"),
                      failure_kind=FailureKind.CUDA_ERROR, surfaces=(surface(replay=True),), environment={})
-    assert "graph-replay" in step_ids(draft) and "launch-blocking" not in step_ids(draft)
+    assert "graph-replay-program" in step_ids(draft) and "launch-blocking" not in step_ids(draft)
+    _, draft = apply(NextSteps, evidence_of([cuda_error(2)]), error=ErrorInfo(ILLEGAL_ADDRESS, "x"),
+                     failure_kind=FailureKind.CUDA_ERROR, surfaces=(surface(replay=True),),
+                     environment={"vllm": "0.9.1"})
+    steps = {s.id: s for s in draft.values["next_steps"]}
+    assert "--enforce-eager" in steps["graph-replay"].command and "launch-blocking" not in steps
 
 
 @covers(NextSteps)

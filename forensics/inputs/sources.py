@@ -257,6 +257,7 @@ class Walk:
     """What discovery saw besides the inputs themselves (for the report and exit codes)."""
 
     given: int = 0
+    paths: tuple[str, ...] = ()     # the inputs as given ("-": stdin), for the commands a report suggests
     files_seen: int = 0
     readable: int = 0
     empty: int = 0

@@ -21,6 +21,9 @@ class Options:
     color: bool | None = None
     timeline_rows: int = 14
     title_separately: bool = False
+    full: bool = False                  # terminal: every section, not the first screen
+    show: tuple[str, ...] = ()          # terminal: these sections after the verdict (forensics.report.terminal.SECTIONS)
+    pager: bool = False                 # terminal: page a report taller than the screen (only on a TTY)
 
 
 @dataclass(frozen=True)

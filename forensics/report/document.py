@@ -47,14 +47,58 @@ def build(case: "Case", timeline_limit: int | None = TIMELINE_LIMIT) -> dict:
                           "unknown": list(k.unknown), "status": k.status, "references": list(k.references),
                           "workaround": k.workaround, "does_not_prove": k.does_not_prove} for k in v.known_issues],
         "next_steps": [f"{s.why}: {s.command}" if s.command else s.why for s in v.next_steps],
-        "next_actions": [{"id": s.id, "why": s.why, "command": s.command, "warnings": list(s.warnings)}
+        "next_actions": [{"id": s.id, "title": s.title, "why": s.why, "command": s.command, "warnings": list(s.warnings)}
                          for s in v.next_steps],
         "checklist": [{"check": c.check, "status": c.status.value, "finding": c.finding, "evidence": c.evidence}
                       for c in v.checklist],
         "traffic": [t.to_json() for s in case.sources for t in s.traffic[:20]],
         "evidence": evidence_excerpts(case),
         "timeline": [event_json(e) for e in select_timeline(case.events, timeline_limit)],
+        "stories": _stories(case),
+        "input_summary": input_summary(case),
     }
+
+
+def input_summary(case: "Case") -> dict:
+    """What was read, in one sentence, and the inputs' problems (a pickle never loaded,
+    a file cut short): when nothing was recognised, it says so and asks whether this is
+    the right file."""
+    sources = case.sources
+    lines = sum(s.lines or 0 for s in sources)
+    unparsed = sum(s.unparsed_lines or 0 for s in sources)
+    events = sum(len(s.events) for s in sources)
+    files = f"{len(sources)} input{'s' if len(sources) != 1 else ''}"
+    if lines and not events and unparsed == lines:
+        sentence = (f"Nothing recognised ({unparsed:,} of {lines:,} lines unparsed): is this the right file? "
+                    "forensics formats lists what it reads")
+    elif lines:
+        sentence = f"Read {files}: {lines:,} lines, {events:,} events, {unparsed:,} lines unparsed"
+    else:
+        sentence = f"Read {files}: {events:,} events"
+    problems = [p for s in sources for p in s.problems]
+    return {"sentence": sentence, "inputs": len(sources), "lines": lines, "events": events, "unparsed": unparsed,
+            "recognised": bool(events), "problems": problems[:20], "more_problems": max(0, len(problems) - 20)}
+
+
+STORY_OBSERVATIONS = 40     # per process in the document; the rest are counted
+
+
+def _stories(case: "Case") -> list[dict]:
+    """Each process's story as the rules read it (--explain): which observation decided
+    its status."""
+    if case.stories is None:
+        return []
+    status = {r.key: r.status.value for r in case.verdict.ranks}
+    out = []
+    for story in case.stories.stories:
+        seen = story.observations
+        out.append({"key": story.key, "who": who(story.rank, story.pid, story.name or story.role),
+                    "status": status.get(story.key),
+                    "observations": [{"seen": o.seen.value, "what": o.event.message[:200], "source": o.event.where,
+                                      "time": iso(o.event.time), "reported_by": o.reported_by}
+                                     for o in seen[:STORY_OBSERVATIONS]],
+                    "more": max(0, len(seen) - STORY_OBSERVATIONS)})
+    return out
 
 
 def _verdict(v: Verdict) -> dict:

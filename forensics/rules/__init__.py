@@ -25,9 +25,9 @@ PIPELINE: tuple[type[Rule], ...] = (
     RankStatuses,
     HardwareOrSoftware,
     GraphReplay,
-    NextSteps,
     Signature,
     KnownIssues,
+    NextSteps,
     Checklist,
     Headline,
 )

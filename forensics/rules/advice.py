@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 
 from forensics import inert, knowledge, names
 from forensics.events import Kind
@@ -32,17 +33,20 @@ class GraphReplay(Rule):
 
 
 class NextSteps(Rule):
-    """Lists what would collect the evidence this analysis is missing, in the order of
-    how much it would raise confidence: when only relays are in the inputs, the logs
-    that hold the failure; when the faulting kernel is unknown, compute-sanitizer, GPU
-    core dumps and CUDA_LAUNCH_BLOCKING (not for a graph replay); for a hang, stacks of
-    every rank and NCCL's flight recorder; when no kernel log was given, the Xid lines;
-    when the all-reduce backend cannot be told, DEBUG logging.  Values taken from the
-    logs (model, TP size) go into commands shell-quoted, and only when they look like
-    what they claim."""
+    """Lists what to do next, in the order of how much it would raise confidence.  Once
+    the origin is known: open the kernel's source line a tool named, try the matching
+    known issue's workaround.  While it is not: compute-sanitizer, GPU core dumps and
+    CUDA_LAUNCH_BLOCKING (not for a graph replay).  When only relays are in the inputs,
+    the logs that hold the failure; for a hang, stacks of every rank and NCCL's flight
+    recorder; when no kernel log was given, the Xid lines; when the all-reduce backend
+    cannot be told on a vLLM that logs it, DEBUG logging; then filing the report and
+    collecting a bundle.  A step shows only when the inputs meet its conditions (engine,
+    version).  Commands are filled from the inputs - the server, torchrun or script
+    command, the paths analysed, the kernel's file - each value shell-quoted and only
+    when it looks like what it claims; else a placeholder says what to put there."""
 
     name = "next-steps"
-    reads = ("error", "origin", "environment", "ranks", "failure_kind", "surfaces", "hang")
+    reads = ("error", "origin", "environment", "ranks", "failure_kind", "surfaces", "hang", "known_issues")
     writes = ("next_steps",)
 
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
@@ -53,6 +57,10 @@ class NextSteps(Rule):
         replay = any(s.graph_replay for s in verdict.surfaces)
         if kind == FailureKind.RELAY_ONLY:
             gaps.add("relay-only")
+        if origin is not None and origin.kernel and origin.location:
+            gaps.add("origin-located")
+        if verdict.known_issues and verdict.known_issues[0].workaround:
+            gaps.add("known-issue")
         if (sticky or kind == FailureKind.CUDA_ERROR) and (origin is None or not origin.kernel):
             gaps.add("no-origin")
             gaps.add("graph-replay" if replay else "no-origin-eager")
@@ -68,37 +76,117 @@ class NextSteps(Rule):
         if (sticky or kind in (FailureKind.CUDA_ERROR, FailureKind.FATAL_SIGNAL)) and not evidence.of_kind(Kind.XID):
             gaps.add("no-kernel-log")
         tp = env.get("tensor_parallel_size")
-        if sticky and isinstance(tp, int) and tp > 1 and str(env.get("vllm", "")) and not any(
-                k in env for k in ("allreduce_backend", "flashinfer_allreduce_backend")) and env.get("vllm"):
+        if sticky and isinstance(tp, int) and tp > 1 and env.get("vllm") and not any(
+                k in env for k in ("allreduce_backend", "flashinfer_allreduce_backend")):
             gaps.add("backend-unknown")
         workers = [v for v in verdict.ranks if v.role == "worker"]
         if isinstance(tp, int) and tp > 1 and workers and len(workers) < tp:
             gaps.add("ranks-missing")
+        if kind is not None or error is not None:
+            gaps.add("report")
         if kind is not None and not any(s.kind == "collect-manifest" for s in evidence.sources):
             gaps.add("not-collected")
-        serve, warnings = serve_command(env)
-        process = "python"
+        engine = engine_of(env)
+        serve, warnings = program_command(env, evidence)
+        values = {"{serve}": serve, "{process}": _process_pattern(engine), "{inputs}": _paths(evidence.inputs),
+                  "{log_inputs}": _paths([p for p in evidence.inputs if p != "-"]) or "<log files>",
+                  "{eager}": " --enforce-eager" if engine == "vllm" else "",
+                  "{no_graphs}": {"vllm": " --enforce-eager", "sglang": " --disable-cuda-graph"}.get(engine or "", ""),
+                  "{memory_flag}": " --gpu-memory-utilization 0.85" if engine == "vllm" else
+                  (" --mem-fraction-static 0.8" if engine == "sglang" else "")}
+        if origin is not None and origin.location:
+            file, _, line = origin.location.rpartition(":")
+            values["{location_file}"] = shlex.quote(file.rsplit("/", 1)[-1]) if file else "<file>"
+            at = int(line) if line.isdigit() else None
+            values["{location_range}"] = f"{max(1, at - 5)},{at + 5}" if at else "1,40"
+        if verdict.known_issues:
+            values["{workaround}"] = verdict.known_issues[0].workaround
         steps = []
         for step in knowledge.load("next_steps")["step"]:
-            if step["when"] not in gaps:
+            if step["when"] not in gaps or not _conditions_met(step, engine, env):
                 continue
-            command = step.get("command")
-            if command:
-                command = command.replace("{serve}", serve).replace("{process}", process)
-            steps.append(NextStep(step["id"], step["why"], command or None,
-                                  tuple(warnings) if command and "{serve}" in step.get("command", "") else ()))
-            if not command and step.get("action"):
-                steps[-1] = NextStep(step["id"], f"{step['why']}: {step['action']}", None)
+            command, action, title = step.get("command"), step.get("action"), step.get("title", "")
+            for key, value in values.items():
+                command = command.replace(key, value) if command else command
+                action = action.replace(key, value) if action else action
+                title = title.replace(key, value)
+            why = f"{step['why']}: {action}" if action else step["why"]
+            steps.append(NextStep(step["id"], why, command or None,
+                                  tuple(warnings) if command and "{serve}" in step.get("command", "") else (),
+                                  title=title))
         verdict.next_steps = tuple(steps)
         if gaps:
-            verdict.explain(f"Missing evidence: {', '.join(sorted(gaps))}.")
+            verdict.explain(f"Next steps for: {', '.join(sorted(gaps))}.")
+
+
+def engine_of(env: dict) -> str | None:
+    """The serving engine the inputs show, or None (a training job, a script)."""
+    if env.get("engine"):
+        return str(env["engine"])
+    for engine in ("vllm", "sglang", "tensorrt_llm"):
+        if env.get(engine):
+            return engine
+    return None
+
+
+def _conditions_met(step: dict, engine: str | None, env: dict) -> bool:
+    if step.get("engines") and (engine or "other") not in step["engines"]:
+        return False
+    least = step.get("vllm_at_least")
+    if least:
+        version = _version_tuple(env.get("vllm"))
+        if version is None or version < _version_tuple(least):
+            return False
+    return True
+
+
+def _version_tuple(text) -> tuple[int, ...] | None:
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(text or ""))
+    return tuple(int(g) for g in match.groups() if g is not None) if match else None
+
+
+def _paths(paths) -> str:
+    return " ".join(shlex.quote(p) for p in paths)
+
+
+def _process_pattern(engine: str | None) -> str:
+    return {"vllm": "'vllm|VllmWorker|EngineCore'", "sglang": "sglang"}.get(engine or "", "python")
+
+
+def program_command(env: dict, evidence: Evidence) -> tuple[str, list[str]]:
+    """The command that crashed, as far as the inputs show it: the engine's server
+    command with the values the logs printed, a torchrun job of the world size seen, or
+    the script a traceback's outermost <module> frame names; else a placeholder."""
+    engine = engine_of(env)
+    if engine in ("vllm", "sglang"):
+        return serve_command(env)
+    script = _script_of(evidence)
+    warnings: list[str] = []
+    shown = "<your command>"
+    if script is not None:
+        shown, warn = inert.shell_value(script, "path", "<script.py>")
+        if warn:
+            warnings.append(warn)
+    world = env.get("world_size")
+    if any(p.role == "launcher" for p in evidence.processes.processes()) and isinstance(world, int):
+        return f"torchrun --nproc-per-node {world} {shown if script else '<script.py>'}", warnings
+    return (f"python {shown}" if script else shown), warnings
+
+
+def _script_of(evidence: Evidence) -> str | None:
+    """The file of a traceback's outermost frame when it is the program's <module>."""
+    for event in evidence.of_kind(Kind.EXCEPTION, Kind.CUDA_ERROR, Kind.OOM):
+        for exc in event.chain:
+            if exc.frames and exc.frames[0].function == "<module>" and exc.frames[0].file.endswith(".py"):
+                return exc.frames[0].file
+    return None
 
 
 def serve_command(env: dict) -> tuple[str, list[str]]:
     """The server command with the values the logs printed, each shell-quoted, or a
     placeholder when a value does not look like one."""
     warnings: list[str] = []
-    engine = env.get("engine")
+    engine = engine_of(env)
     model, warn = inert.shell_value(env["model"], "model", "<model>") if env.get("model") else ("<model>", None)
     if warn:
         warnings.append(warn)

@@ -44,6 +44,7 @@ class Evidence:
     kb_entries: tuple = ()
     traffic: tuple = ()
     notes: tuple[str, ...] = ()
+    inputs: tuple[str, ...] = ()     # the paths the user gave ("-": stdin)
     _by_kind: dict = field(default_factory=dict, compare=False, repr=False)
     _told: list = field(default_factory=list, compare=False, repr=False)
 
