@@ -6,7 +6,7 @@ event is read here, once, as an *observation* about one process:
 - ``DEVICE_FAULT``: device evidence names its own kernel (compute-sanitizer, cuda-gdb, a
   GPU core dump, a device assert, an Xid naming its pid);
 - ``OWN_ERROR``: it raised or logged a failure first-hand (a CUDA error, out of memory, a
-  crash signal, an exception of its own, an NCCL error of its own);
+  crash signal, an exception of its own, an NCCL error of its own: data/nccl.toml);
 - ``RELAY``: it quotes another process's failure (EngineDeadError, "Worker failed with
   error", a launcher's ChildFailedError, HTTP 500 to a client);
 - ``PEER_LOSS``: its collective or its pipe failed because a peer or its parent went away;
@@ -25,6 +25,7 @@ stage reads an event's text to decide them.  A file whose lines name no process 
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, replace
 
 from forensics import knowledge
@@ -192,6 +193,20 @@ def _device_fault(event: Event) -> bool | None:
     return None
 
 
+@functools.cache
+def _nccl_words() -> dict:
+    return knowledge.load("nccl")
+
+
+def nccl_own_error(event: Event) -> bool:
+    """Whether an NCCL line is the process's own error (its communicator, a CUDA or
+    system call inside NCCL) rather than a peer's failure seen from here
+    (data/nccl.toml)."""
+    words = _nccl_words()
+    text = " ".join((event.message, str(event.attrs.get("what") or ""), str(event.attrs.get("detail") or "")))
+    return not any(w in text for w in words["peer"]["words"])
+
+
 def seen_in(event: Event, role: str | None, first_timeout: Event | None) -> Seen | None:
     """What ``event`` says about the process that printed it (None: nothing that
     decides how it went down)."""
@@ -213,8 +228,12 @@ def seen_in(event: Event, role: str | None, first_timeout: Event | None) -> Seen
         if kind == Kind.EXCEPTION and (role in _RELAYING_ROLES or knowledge.launchers_traceback(event)):
             return Seen.RELAY
         return Seen.OWN_ERROR
-    if kind in (Kind.PEER_FAILURE, Kind.PARENT_EXITED, Kind.NCCL):
-        return Seen.WAITING if kind == Kind.NCCL and consequence_of_timeout(event, first_timeout) else Seen.PEER_LOSS
+    if kind == Kind.NCCL:
+        if consequence_of_timeout(event, first_timeout):
+            return Seen.WAITING
+        return Seen.OWN_ERROR if nccl_own_error(event) else Seen.PEER_LOSS
+    if kind in (Kind.PEER_FAILURE, Kind.PARENT_EXITED):
+        return Seen.PEER_LOSS
     if kind in (Kind.COLLECTIVE_TIMEOUT, Kind.STACK_DUMP):
         return Seen.WAITING
     if kind == Kind.HTTP:

@@ -339,3 +339,120 @@ def test_a_stamped_error_line_of_another_process_comes_before_an_untimed_sanitiz
                                   "an illegal memory access was encountered\n")
     v = analyze_text(text).verdict
     assert v.first_failure.pid == 12
+
+
+# --- NCCL: an error of its own, or a peer's seen from here ----------------------------------
+
+@pytest.mark.parametrize(("message", "attrs", "seen"), [
+    ("NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)", {}, Seen.OWN_ERROR),
+    ("ncclInternalError: Internal check failed.", {}, Seen.OWN_ERROR),
+    ("ncclInternalError: Internal check failed.", {"detail": "Last error:\nNet : Connection closed by remote peer"},
+     Seen.PEER_LOSS),
+    ("NCCL error: remote process exited or there was a network error", {}, Seen.PEER_LOSS),
+    ("NCCL communicator was aborted on rank 3.", {}, Seen.PEER_LOSS),
+    ("misc/socket.cc:50 NCCL WARN Cuda failure 'an illegal memory access was encountered'", {}, Seen.OWN_ERROR),
+    ("init.cc:497 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 both on CUDA device 1000", {},
+     Seen.OWN_ERROR),
+    ("NCCL WARN NET/IB : Got completion from peer 10.1.2.3<4321> with status=12: remote process exited", {},
+     Seen.PEER_LOSS),
+])
+def test_an_nccl_line_is_its_own_error_unless_it_names_a_peers_failure(message, attrs, seen):
+    assert story.seen_in(ev(Kind.NCCL, message, **attrs), "worker", None) == seen
+
+
+def test_nccls_last_error_detail_is_part_of_the_error_line():
+    # the shape of a Lightning job's paste (pytorch-lightning users, NCCL 2.14): the
+    # record cut at its start, NCCL's own lines raw below it
+    text = ("distributed/c10d/ProcessGroupNCCL.cpp:1275, internal error, NCCL version 2.14.3\n"
+            "ncclInternalError: Internal check failed.\n"
+            "Last error:\n"
+            "Net : Connection closed by remote peer worker-7<40111>\n")
+    case = analyze_text(text)
+    nccl = [e for e in case.events if e.kind in (Kind.NCCL, Kind.EXCEPTION, Kind.CUDA_ERROR)]
+    assert any("Connection closed by remote peer" in str(e.attrs.get("detail") or "") for e in nccl)
+    assert case.verdict.ranks[0].status != Status.FAILED or case.verdict.first_failure is None
+
+
+# --- a hang whose late rank the logs cannot tell --------------------------------------------
+
+def test_in_an_undecided_hang_a_rank_that_timed_out_failed_and_one_only_seen_waiting_is_unknown():
+    text = "".join(
+        f"[rank{r}]:[E1204 09:10:0{r}.000000000 ProcessGroupNCCL.cpp:632] [Rank {r}] Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, Timeout(ms)=600000) "
+        f"ran for 600004 milliseconds before timing out.\n" for r in (0, 1, 2, 3))
+    v = analyze_text(text).verdict
+    assert v.hang is not None and v.first_failure.rank is None
+    statuses = {r.rank: r.status for r in v.ranks if r.rank is not None}
+    assert statuses == {0: Status.FAILED, 1: Status.FAILED, 2: Status.FAILED, 3: Status.FAILED}
+    assert not v.collateral
+
+
+# --- the kind of failure: the most specific cause ------------------------------------------
+
+@pytest.mark.parametrize(("text", "kind"), [
+    # out of memory while the engine starts is out of memory
+    ("INFO 12-04 09:00:00 [core.py:1] Loading model weights\n"
+     "ERROR 12-04 09:00:05 [core.py:2] EngineCore failed to start.\n"
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+     "79.19 GiB of which 1.06 GiB is free.\n", FailureKind.OOM),
+    # a CUDA error while it starts is a CUDA error
+    ("ERROR 12-04 09:00:05 [core.py:2] EngineCore failed to start.\n"
+     "RuntimeError: CUDA error: an illegal memory access was encountered\n", FailureKind.CUDA_ERROR),
+])
+def test_the_most_specific_cause_names_the_kind(text, kind):
+    assert analyze_text(text).verdict.failure_kind == kind
+
+
+# --- a traceback cut before its exception line ----------------------------------------------
+
+def test_a_traceback_cut_before_its_exception_names_no_surface():
+    text = ("ERROR 12-04 09:00:05 [engine.py:1] Error in the engine loop\n"
+            "Traceback (most recent call last):\n"
+            '  File "/app/worker/loop.py", line 40, in run_loop\n'
+            "    output = self.step()\n"
+            '  File "/app/worker/loop.py", line 77, in step\n'
+            "    return self.model(batch)\n")
+    v = analyze_text(text).verdict
+    assert v.surfaces == ()
+
+
+def test_a_cut_traceback_whose_last_frame_calls_a_host_api_names_it():
+    text = ("ERROR 12-04 09:00:05 [engine.py:1] Error in the engine loop\n"
+            "Traceback (most recent call last):\n"
+            '  File "/app/worker/loop.py", line 40, in run_loop\n'
+            "    output = self.step()\n"
+            '  File "/app/worker/loop.py", line 77, in step\n'
+            "    torch.cuda.synchronize()\n")
+    v = analyze_text(text).verdict
+    assert [(s.file, s.line) for s in v.surfaces] in ([("/app/worker/loop.py", 77)], [])
+    if v.surfaces:
+        assert v.surfaces[0].api is not None
+
+
+# --- device evidence of its own: origin ----------------------------------------------------
+
+def test_every_process_whose_own_gpu_work_faulted_is_an_origin():
+    text = ("[Thu Dec  4 09:00:01 2026] NVRM: Xid (PCI:0000:3b:00): 31, pid=4101, name=python3, Ch 00000010, "
+            "intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_34560000. Fault is of type "
+            "FAULT_PDE ACCESS_TYPE_VIRT_WRITE\n"
+            "[Thu Dec  4 09:00:01 2026] NVRM: Xid (PCI:0000:5e:00): 31, pid=4102, name=python3, Ch 00000010, "
+            "intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_34570000. Fault is of type "
+            "FAULT_PDE ACCESS_TYPE_VIRT_WRITE\n")
+    v = analyze_text(text, "dmesg.txt").verdict
+    by_pid = {r.pid: r.status for r in v.ranks}
+    assert by_pid.get(4101) == Status.ORIGIN and by_pid.get(4102) == Status.ORIGIN
+
+
+def _shm_notice(minute: int) -> str:
+    return (f"(EngineCore pid=310) INFO 05-15 16:{minute:02d}:26 [shm_broadcast.py:681] No available shared memory "
+            "broadcast block found in 60 seconds. This typically happens when some processes are hanging or doing "
+            "some time-consuming work (e.g. compilation).\n")
+
+
+def test_one_slow_step_notice_is_no_hang_and_a_notice_that_keeps_coming_is():
+    once = analyze_text("(Worker_TP0 pid=319) INFO 05-15 16:02:37 [monitor.py:53] torch.compile took 9.61 s\n"
+                        + _shm_notice(3)).verdict
+    assert once.hang is None and not once.failed
+    assert {r.status for r in once.ranks} == {Status.HEALTHY}
+    kept = analyze_text(_shm_notice(3) + _shm_notice(4) + _shm_notice(5)).verdict
+    assert kept.hang is not None and kept.failure_kind == FailureKind.HANG

@@ -155,6 +155,8 @@ class SurfacePoints(Rule):
             surface = surface_of(event)
             if surface.file is None and surface.api is None and event.kind != Kind.CUDA_ERROR:
                 continue
+            if event.attrs.get("cut") and not _cut_shows_the_call(event, surface):
+                continue                 # a traceback cut before its exception: where it raised is not shown
             if event.pid is None and event.rank is None:
                 info = evidence.processes.info_of(event)     # a paste's main process, by its name
                 if info is not None and info.name:
@@ -180,6 +182,15 @@ class SurfacePoints(Rule):
                             f"{s.source}.")
         if not surfaces and error is not None:
             verdict.explain("The error is only known from relayed messages; no process's own report of it was found.")
+
+
+def _cut_shows_the_call(event: Event, surface: Surface) -> bool:
+    """Whether a traceback cut before its exception line still shows where the error
+    surfaced: its innermost frame calls a catalogued host API, or raises."""
+    if surface.api is not None:
+        return True
+    frames = next((exc.frames for exc in reversed(event.chain) if exc.frames), ())
+    return bool(frames) and (frames[-1].code or "").lstrip().startswith("raise")
 
 
 def _lend_places(per_process: dict) -> None:

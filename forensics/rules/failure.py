@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from forensics import knowledge
-from forensics.events import RELAY, Event, Kind, clip
+from forensics.events import RELAY, Event, Kind, Severity, clip
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.rules.errors import reported
 from forensics.story import FIRST_HAND, NOTICED, Seen, Story, crash_signal, first_timeout_event
@@ -112,13 +112,11 @@ class CollectiveHang(Rule):
     writes = ("hang",)
 
     def predicate(self, evidence: Evidence, verdict: VerdictView) -> bool:  # noqa: D102
-        timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if e.attrs.get("from_rank") is None]
-        return bool(timeouts) and not _own_failures(evidence) and \
+        return bool(hang_timeouts(evidence)) and not _own_failures(evidence) and \
             not [d for d in _deaths(evidence) if not _timeout_death(d[0], _first_timeout(evidence))]
 
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
-        timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if not e.attrs.get("earlier_run")
-                    and e.attrs.get("from_rank") is None]    # "a dump signal from rank N": N timed out, not this one
+        timeouts = hang_timeouts(evidence)
         waited: dict[int, tuple[int, str]] = {}
         for e in timeouts:
             if e.rank is not None:
@@ -139,6 +137,23 @@ class CollectiveHang(Rule):
         verdict.explain(f"Hang: {ranks_phrase(waited)} timed out waiting in "
                         f"{op or 'a collective'}; suspected late rank(s): {', '.join(map(str, suspects)) or 'unknown'}"
                         + (f"; it was {doing}" if doing else "") + ".")
+
+
+def hang_timeouts(evidence: Evidence) -> list[Event]:
+    """The collective timeouts that say the run hung: every error-level timeout (a
+    watchdog's), and a notice-level one ("no shared memory broadcast block found in 60
+    seconds") only when its process kept printing it - one notice is a slow step (a
+    long warm-up), a hang keeps printing.  "A dump signal from rank N" says N timed
+    out, not this one."""
+    timeouts = [e for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT) if not e.attrs.get("earlier_run")
+                and e.attrs.get("from_rank") is None]
+    notices: dict = {}
+    for e in timeouts:
+        if e.severity < Severity.ERROR:
+            info = evidence.processes.info_of(e)
+            notices[info.key if info else e.source] = notices.get(info.key if info else e.source, 0) + 1
+    return [e for e in timeouts if e.severity >= Severity.ERROR or notices.get(
+        (info.key if (info := evidence.processes.info_of(e)) else e.source), 0) >= 2]
 
 
 def _first_timeout(evidence: Evidence):
@@ -305,7 +320,10 @@ class FirstFailureRule(Rule):
             # a fault happened, its own line is not in these inputs
             relays = relays or [e for e in evidence.of_kind(Kind.XID) if not e.attrs.get("earlier_run") and
                                 knowledge.xid_catalogue().get(e.attrs.get("xid"), {}).get("lean") == "collateral"]
-            timeouts = evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)
+            timeouts = hang_timeouts(evidence)
+            # a notice that a step is slow, printed once, is no failure (hang_timeouts)
+            relays = [e for e in relays if e.kind != Kind.COLLECTIVE_TIMEOUT or e in timeouts
+                      or e.severity >= Severity.ERROR]
             if relays and not timeouts and _after_a_requested_shutdown(evidence, relays):
                 verdict.explain("The relays follow a requested shutdown (the server stopping its own processes); "
                                 "no process shows a failure.")
@@ -401,6 +419,17 @@ class FirstFailureRule(Rule):
             info = evidence.processes.by_rank(rank)
             verdict.first_failure = FirstFailure(rank, info.pid if info else None, first.time, basis, what,
                                                  _differs(launcher, rank), key=info.key if info else None)
+        elif len(timed_out := _timed_out_stories(evidence)) == 1 and not any(
+                c.key != timed_out[0].key for c in _candidates(evidence)):
+            # one process's watchdog timed out, and no other process failed or died in the
+            # inputs: it is the first (and only) failure shown; the rank it waited for is not
+            # in these inputs
+            story = timed_out[0]
+            basis = (f"{who(story.rank, story.pid, story.name)} timed out waiting in {what_op}, the only process "
+                     "whose collective timed out in the inputs; which peer it waited for is not shown")
+            verdict.first_failure = FirstFailure(story.rank, story.pid, first.time, basis,
+                                                 f"collective timeout in {what_op}", _differs(launcher, story.rank),
+                                                 key=story.key, name=story.name)
         else:
             basis = (f"{ranks_phrase(hang.waited)} timed out waiting in {what_op}; the logs cannot tell which rank is late"
                      + (f" (candidates: {', '.join(map(str, hang.suspects))})" if hang.suspects else ""))
@@ -453,6 +482,9 @@ WATCHDOG_POLL_S = 1.0
 def _same_time(a: Event, b: Event) -> bool:
     """Whether two events cannot be ordered by their times: equal; in one second when
     either stamp has no sub-second part; both the watchdog's, within its polling."""
+    if a.time is None and b.time is None:
+        # two untimed lines: the order they were printed in is not when they happened
+        return True
     if a.time is None or b.time is None:
         return False
     if a.time == b.time:
@@ -557,19 +589,23 @@ def _short(text: str, limit: int = 100) -> str:
 
 
 def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> FailureKind:
+    """What kind of failure, the most specific cause first: a device-side assert (it
+    explains the CUDA error it raises), out of memory (CUDA_ERROR_OUT_OF_MEMORY is one),
+    a CUDA error or device evidence, then a failure while the program started (whatever
+    failed there), then crash signals, kills and exceptions (docs/reasoning.md)."""
     env = verdict.environment
     error = verdict.error
+    if evidence.of_kind(Kind.DEVICE_ASSERT) or (error is not None and error.name == "CUDA_ERROR_ASSERT"):
+        return FailureKind.DEVICE_ASSERT
+    if (event is not None and event.kind == Kind.OOM) or (error is not None and error.name in _OOM_ERRORS):
+        return FailureKind.OOM
+    if error is not None or (event is not None and event.kind in _DEVICE + (Kind.CUDA_ERROR,)):
+        return FailureKind.CUDA_ERROR
     if env.get("phase") == "startup":
         # the program never started serving (whatever failed while it started)
         return FailureKind.STARTUP
-    if evidence.of_kind(Kind.DEVICE_ASSERT) or (error is not None and error.name == "CUDA_ERROR_ASSERT"):
-        return FailureKind.DEVICE_ASSERT
     if event is None:
-        return FailureKind.CUDA_ERROR if error is not None else FailureKind.PYTHON_EXCEPTION
-    if event.kind == Kind.OOM:
-        return FailureKind.OOM
-    if event.kind in (Kind.CUDA_ERROR, Kind.XID, Kind.SANITIZER, Kind.CUDA_GDB, Kind.CORE_DUMP) or error is not None:
-        return FailureKind.CUDA_ERROR
+        return FailureKind.PYTHON_EXCEPTION
     if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED):
         # a crash signal (segfault, abort, bus error...) is the process's own fatal
         # signal; SIGKILL and SIGTERM came from outside (the OOM killer, a launcher)
@@ -578,6 +614,28 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
         signal = event.attrs.get("signal_name") or event.attrs.get("signal_text")
         return FailureKind.WORKER_KILLED if signal in ("Killed", "SIGKILL") else FailureKind.FATAL_SIGNAL
     return FailureKind.PYTHON_EXCEPTION
+
+
+def _timed_out_stories(evidence: Evidence) -> list[Story]:
+    """The processes whose own watchdog timed out in a collective (not only stuck)."""
+    return [s for s in evidence.stories.stories
+            if any(o.event.kind == Kind.COLLECTIVE_TIMEOUT and o.event.attrs.get("message_id") not in _STUCK_REPORTS
+                   for o in s.all(Seen.WAITING))]
+
+
+_STUCK_REPORTS = frozenset({"nccl-heartbeat"})      # messages.toml: the rank's own watchdog stuck
+_OOM_ERRORS = frozenset({"CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation"})
+
+
+def _out_of_memory(event: Event) -> bool:
+    error = event.attrs.get("cuda_error")
+    return error is not None and getattr(error, "name", None) in _OOM_ERRORS
+
+
+def _names_a_cuda_error(event: Event) -> bool:
+    """A CUDA error line that names which error (NCCL's "unhandled cuda error" says only
+    that some CUDA call inside NCCL failed: the process failed, what surfaced is unknown)."""
+    return event.attrs.get("cuda_error") is not None
 
 
 def missing_ranks(evidence: Evidence, environment) -> list[int]:
@@ -662,7 +720,8 @@ class RankStatuses(Rule):
         """The status of one process, from its story (docs/reasoning.md, "Statuses")."""
         own = _most_telling([o.event for o in story.all(*FIRST_HAND)])
         relays = [o.event for o in story.observations
-                  if o.seen in NOTICED | {Seen.SHUTDOWN} or (o.seen == Seen.WAITING and o.event.kind in RELAY)
+                  if o.seen in NOTICED | {Seen.SHUTDOWN} or (o.seen == Seen.WAITING and o.event.kind in RELAY and not (
+                      hang is None and o.event.severity < Severity.ERROR))      # a slow step's notice, no hang
                   or (o.seen == Seen.KILLED and o.event.kind == Kind.SHUTDOWN)]
         relays.sort(key=lambda e: _RELAY_ORDER.index(e.kind) if e.kind in _RELAY_ORDER else len(_RELAY_ORDER))
         pids = set(story.pids)
@@ -681,9 +740,36 @@ class RankStatuses(Rule):
             fault = f"its kernel {origin.kernel} faulted" if origin.kernel else f"its device work faulted ({origin.fault})"
             return RankVerdict(status=Status.ORIGIN, first_error=clip(where.message, 200) if where else None,
                                first_error_source=where.where if where else None, failure=fault, **base)
+        fault = story.first(Seen.DEVICE_FAULT)
+        if fault is not None:
+            # device evidence of its own kernel faulting (an Xid naming its pid beside
+            # another process's): each process whose own GPU work faulted is an origin
+            return RankVerdict(status=Status.ORIGIN, first_error=clip(fault.event.message, 200),
+                               first_error_source=fault.event.where,
+                               failure=f"its device work faulted ({describe(fault.event)})", **base)
         if hang is not None and story.rank in hang.suspects and len(hang.suspects) == 1:
             failure = "never joined the collective its peers waited in" + (f"; {hang.culprit_doing}" if hang.culprit_doing else "")
             return RankVerdict(status=Status.UNKNOWN, failure=failure, **base)
+        if hang is not None and len(hang.suspects) != 1 and not own:
+            # a hang whose late rank the logs cannot tell: a rank whose own watchdog timed
+            # out failed (that is all its lines show); one only seen stuck is unknown
+            waited = [o.event for o in story.all(Seen.WAITING)]
+            # (the heartbeat monitor's report is of the watchdog itself stuck: the rank is stuck)
+            timed_out = next((e for e in waited if e.kind == Kind.COLLECTIVE_TIMEOUT
+                              and e.attrs.get("message_id") not in _STUCK_REPORTS), None)
+            if timed_out is not None and is_first:
+                return RankVerdict(status=Status.FAILED, first_error=clip(timed_out.message, 200),
+                                   first_error_source=timed_out.where,
+                                   failure="its watchdog timed out waiting in a collective; the peer it waited "
+                                           "for is not in the inputs", **base)
+            if timed_out is not None:
+                return RankVerdict(status=Status.FAILED, first_error=clip(timed_out.message, 200),
+                                   first_error_source=timed_out.where,
+                                   failure="its watchdog timed out waiting in a collective", **base)
+            if waited:
+                return RankVerdict(status=Status.UNKNOWN, first_error=clip(waited[0].message, 200),
+                                   first_error_source=waited[0].where,
+                                   failure="seen waiting while the job hung", **base)
         noticed = story.noticed_before_failing
         if own and noticed is not None and not is_first and first is not None:
             # it noticed a peer's or the engine's failure, then raised in its turn (a
@@ -704,15 +790,15 @@ class RankStatuses(Rule):
                 # the one that failed first: its kernels read what the failed rank left
                 status, failure = (Status.COLLATERAL, f"reported {verdict.error.name} after rank {first.rank} "
                                    "failed (through memory or a collective they share)")
-            elif e.kind in (Kind.CUDA_ERROR, Kind.DEVICE_ASSERT) or \
+            elif (e.kind == Kind.CUDA_ERROR and _names_a_cuda_error(e)) or e.kind == Kind.DEVICE_ASSERT or \
                     (e.kind == Kind.SANITIZER and reported(e) is not None):    # a host call failing, seen by the tool
                 status, failure = Status.SURFACED, describe(e)
             elif e.kind in (Kind.OOM, Kind.FATAL_SIGNAL) or is_first or first is None or first.rank is None:
                 status, failure = Status.FAILED, describe(e)
             else:
                 status, failure = Status.UNKNOWN, describe(e)    # an exception after another rank failed
-            if e.kind == Kind.OOM:
-                failure = "ran out of memory"
+            if e.kind == Kind.OOM or _out_of_memory(e):
+                status, failure = (Status.FAILED if status == Status.SURFACED else status), "ran out of memory"
             return RankVerdict(status=status, first_error=clip(e.message, 200), first_error_source=e.where,
                                failure=failure, **base)
         quiet = first is None and hang is None and verdict.failure_kind is None

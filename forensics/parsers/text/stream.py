@@ -38,6 +38,7 @@ BUSY_LINES = 64            # lines an open block keeps the fast path feeding wit
 TRAFFIC_EXAMPLES = 2
 TB_AT_END = "Traceback (most recent call last):"
 _CONTINUES = tuple(knowledge.message_continuations())
+DETAIL_LIMIT = 600      # characters of an error's raw continuation lines kept as its "detail"
 _RAISED = re.compile(r"Exception raised from (?P<function>\S+) at (?P<file>[^\s:]+):(?P<line>\d+)")
 
 
@@ -184,6 +185,7 @@ class _Run:
         self.stats = ReadStats()
         self.scanner = None
         self.last_error: int | None = None     # the last error line, whose raw continuations may follow
+        self.detail_follows: int | None = None  # the line of NCCL's "Last error:": the next line says what failed
         self.lineno = 0                          # the line being read
         self.cut_message = None                  # (event index, line, record, text) of a message cut mid-word
         self.block_line = 0                      # the last line an open block took
@@ -297,8 +299,8 @@ class _Run:
             if self._rejoin_cut_message(text):
                 return
         self.cut_message = None
-        if self.last_error is not None and not line.env.wrappers and header is None and \
-                text.strip().startswith(_CONTINUES) and key not in self.open:
+        if self.last_error is not None and not line.env.wrappers and header is None and key not in self.open and \
+                (text.strip().startswith(_CONTINUES) or self.detail_follows == line.lineno - 1):
             self._continue_error(line, text)
             return
 
@@ -347,7 +349,11 @@ class _Run:
             self.last_record[self._key(line, rec)] = (line.lineno, rec)
         if ESCAPED_TB in text:
             self._escaped_traceback(line, rec, text)
-        decided = classify.message_kind(text, rec.level) if text else None
+        # NCCL's header carries its level ("host:pid:tid [dev] file:line NCCL WARN"): the
+        # catalogue reads NCCL's errors by that marker, so the message is read with it
+        read_as = f"NCCL WARN {text}" if rec.format == "nccl" and rec.level and \
+            Severity.from_level(rec.level) >= Severity.WARNING else text
+        decided = classify.message_kind(read_as, rec.level) if text else None
         cut = _cut_cuda_message(text) if text and "CUDA error: " in text else None
         if decided is not None:
             kind, severity, attrs, traffic = decided
@@ -419,7 +425,17 @@ class _Run:
         from dataclasses import replace
         self.out.event_lines += 1
         self._count("continuation")
-        m = _RAISED.match(text.strip())
+        stripped = text.strip()
+        self.detail_follows = line.lineno if stripped == "Last error:" else None
+        if self.detail_follows is None and stripped and not stripped.startswith(("frame #", "Exception raised from")):
+            # the message goes on (NCCL's "Last error:" detail, c10's advice): kept, bounded,
+            # for what the line says of whose failure it is
+            event = self.out.events[self.last_error]
+            detail = str(event.attrs.get("detail") or "")
+            if len(detail) < DETAIL_LIMIT:
+                self.out.events[self.last_error] = replace(event, attrs=freeze({
+                    **event.attrs, "detail": (detail + "\n" if detail else "") + clip(stripped, DETAIL_LIMIT)}))
+        m = _RAISED.match(stripped)
         if m:
             event = self.out.events[self.last_error]
             if "raised_file" not in event.attrs:
