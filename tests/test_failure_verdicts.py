@@ -252,6 +252,25 @@ def test_segfault_under_torchrun_blames_the_segfaulting_rank():
     assert (s.rank, s.file, s.line, s.function) == (2, "/srv/train/ops.py", 31, "gather_rows")
 
 
+def test_a_child_that_exited_with_an_error_code_is_the_first_failure_of_a_relay_only_verdict():
+    """torchrun's table alone: rank 3 exited with code 1, the others were stopped.  The
+    child raised (its own error is not in the inputs): it failed first, the verdict is a
+    relay of its failure; SIGTERMed siblings are collateral."""
+    text = torchrun_summary(3, 1, "", {0: -15, 1: -15}).replace("Signal -1 () received by PID 5514", "<N/A>")
+    v = analyze_text(text).verdict
+    assert v.failure_kind == FailureKind.RELAY_ONLY
+    assert (v.first_failure.rank, v.first_failure.pid) == (3, 5514)
+    by_rank = {r.rank: r for r in v.ranks if r.role == "worker"}
+    assert by_rank[3].status == Status.FAILED and by_rank[3].exit_code == 1
+
+
+def test_a_child_killed_by_sigkill_alone_is_a_killed_worker_of_unknown_cause():
+    text = torchrun_summary(0, -9, "SIGKILL", {})
+    v = analyze_text(text).verdict
+    assert v.failure_kind == FailureKind.WORKER_KILLED
+    assert (v.first_failure.rank, v.first_failure.pid) == (0, 5511)
+
+
 def test_a_worker_that_died_of_sigabrt_is_a_fatal_signal():
     text = (vllm_tp(2, pids=701) +
             "(EngineCore_DP0 pid=4100) ERROR 03-14 11:05:13 [multiproc_executor.py:315] Worker proc VllmWorker-1 died "

@@ -8,7 +8,7 @@ from forensics import knowledge
 from forensics.events import RELAY, Event, Kind, Severity, clip
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.rules.errors import reported
-from forensics.story import FIRST_HAND, NOTICED, Seen, Story, crash_signal, first_timeout_event
+from forensics.story import ANNOUNCEMENTS, FIRST_HAND, NOTICED, Seen, Story, crash_signal, first_timeout_event, signal_number
 from forensics.verdict import FailureKind, FirstFailure, Hang, RankVerdict, Status, rank_list, ranks_phrase, who
 
 _WEIGHT = {Kind.XID: 0, Kind.CORE_DUMP: 0, Kind.SANITIZER: 0, Kind.CUDA_GDB: 0, Kind.DEVICE_ASSERT: 1,
@@ -53,17 +53,20 @@ def _gpu_fault_alone(evidence: Evidence) -> list[Event]:
 
 
 def _death(observation) -> bool:
-    """Whether a line about a process says it died on its own: a summary's crash signal,
-    a child that exited on a signal, a worker reported dead (SIGTERM and SIGKILL in a
-    summary are the launcher stopping the others; exit code 1 is a child that raised,
-    whose own traceback tells more)."""
+    """Whether a line about a process says it died on its own: a crash signal, a SIGKILL
+    from outside (the OOM killer), a non-zero exit code (a child that raised: its own
+    traceback tells more when it is in the inputs), a worker reported dead.  SIGTERM is
+    the launcher stopping the others, no death of its own."""
     event = observation.event
+    if event.kind == Kind.WORKER_DIED:
+        return True
     code = event.attrs.get("exit_code")
-    if event.attrs.get("from_summary"):
-        return crash_signal(code)
-    if event.kind == Kind.CHILD_FAILED:
-        return isinstance(code, int) and code < 0
-    return event.kind == Kind.WORKER_DIED
+    if not isinstance(code, int) or code == 0:
+        return False
+    return signal_number(code) not in _STOP_SIGNALS
+
+
+_STOP_SIGNALS = frozenset({2, 15})      # SIGINT, SIGTERM: asked to stop
 
 
 def _deaths(evidence: Evidence) -> list[tuple[Event, int | None, int | None, str]]:
@@ -268,6 +271,9 @@ def _candidates(evidence: Evidence) -> list[Candidate]:
     for e, pid, rank, words in _deaths(evidence):
         dead = next((s for s in stories.stories if s.has(pid) or
                      (pid is None and rank is not None and s.rank == rank and s.role in (None, "worker"))), None)
+        if dead is not None and not crash_signal(e.attrs.get("exit_code")) and any(
+                o.seen in NOTICED and o.event.kind not in ANNOUNCEMENTS for o in dead.observations):
+            continue            # it exited after noticing another's failure: a consequence
         deaths.append(Candidate(e, pid, rank, words, dead.key if dead else None, dead.name if dead else None))
     return found + deaths
 
@@ -608,8 +614,14 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
         return FailureKind.PYTHON_EXCEPTION
     if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED):
         # a crash signal (segfault, abort, bus error...) is the process's own fatal
-        # signal; SIGKILL and SIGTERM came from outside (the OOM killer, a launcher)
-        return FailureKind.FATAL_SIGNAL if crash_signal(event.attrs.get("exit_code")) else FailureKind.WORKER_KILLED
+        # signal; SIGKILL and SIGTERM came from outside (the OOM killer, a launcher); an
+        # exit code is a child that raised, whose own error is not in these inputs
+        code = event.attrs.get("exit_code")
+        if crash_signal(code):
+            return FailureKind.FATAL_SIGNAL
+        if isinstance(code, int) and code > 0 and signal_number(code) is None:
+            return FailureKind.RELAY_ONLY
+        return FailureKind.WORKER_KILLED
     if event.kind == Kind.FATAL_SIGNAL:
         signal = event.attrs.get("signal_name") or event.attrs.get("signal_text")
         return FailureKind.WORKER_KILLED if signal in ("Killed", "SIGKILL") else FailureKind.FATAL_SIGNAL
@@ -806,9 +818,10 @@ class RankStatuses(Rule):
                 all(e.kind in _SHUTDOWN_ECHOES | {Kind.SHUTDOWN} for e in relays):
             # nothing failed: what this process shows is the server stopping itself
             return RankVerdict(status=Status.HEALTHY, failure="stopped by a requested shutdown", **base)
-        if pids & set(deaths) or rank_death is not None:
+        crashed = code is not None and crash_signal(code)
+        if (pids & set(deaths) or rank_death is not None) and (crashed or is_first or not story.all(*NOTICED)):
+            # (a child that exited after noticing another's failure is collateral: below)
             words = deaths.get(story.pid) or next((deaths[p] for p in story.pids if p in deaths), rank_death)
-            crashed = code is not None and crash_signal(code)
             return RankVerdict(status=Status.FAILED if crashed or is_first else Status.UNKNOWN, failure=words, **base)
         if relays:
             e = relays[0]
