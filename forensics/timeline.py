@@ -267,7 +267,12 @@ class ProcessTable:
             return f"name:{event.process}" + (f"@{event.host}" if event.host else "")
         if event.source in self._stream_sources and _programs_line(event, self._inferior):
             return STREAM + event.source
-        return self._follows.get((event.source, event.line))
+        follows = self._follows.get((event.source, event.line))
+        if follows is None and event.attrs.get("untagged_record"):
+            # a program that tags its children's records and not its main process's (SGLang):
+            # an untagged record is the main process's
+            return STREAM + event.source
+        return follows
 
     def _info(self, key: str) -> ProcessInfo:
         info = self.by_key.get(key)

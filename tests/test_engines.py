@@ -156,7 +156,8 @@ def test_sglang_server_args_and_tp_prefixes():
     assert env["engine"] == "sglang"
     assert (env["model"], env["tensor_parallel_size"], env["max_num_batched_tokens"]) == ("acme/m", 2, 4096)
     assert env["gpu_memory_utilization"] == 0.85 or env["gpu_memory_utilization"] == "0.85"
-    assert roles(case) == [("worker", 0), ("worker", 1)]
+    # the untagged server_args line is the main process's (SGLang tags only its schedulers)
+    assert roles(case) == [("worker", 0), ("worker", 1), (None, None)]
     assert case.verdict.first_failure.rank == 1
     assert {r.rank: r.status for r in case.verdict.ranks}[0] == Status.COLLATERAL
     (s,) = case.verdict.surfaces

@@ -456,3 +456,21 @@ def test_one_slow_step_notice_is_no_hang_and_a_notice_that_keeps_coming_is():
     assert {r.status for r in once.ranks} == {Status.HEALTHY}
     kept = analyze_text(_shm_notice(3) + _shm_notice(4) + _shm_notice(5)).verdict
     assert kept.hang is not None and kept.failure_kind == FailureKind.HANG
+
+
+def test_an_untagged_sglang_record_is_the_main_process_beside_its_tagged_schedulers():
+    """SGLang tags its schedulers' records ([... TP0]) and not its launcher's: the
+    untagged sigquit line is the main process relaying its child's failure."""
+    text = ("[2026-02-21 22:59:28 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1825, in run_scheduler_process\n'
+            "    scheduler.event_loop_overlap()\n"
+            '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 1308, in process_batch_result_decode\n'
+            "    self.current_stream.synchronize()\n"
+            "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+            "\n"
+            "[2026-02-21 22:59:28] Received sigquit from a child process. It usually means the child failed.\n")
+    v = analyze_text(text).verdict
+    by_who = {(r.rank, r.name): r.status for r in v.ranks}
+    assert by_who[(0, None)] == Status.SURFACED or any(r.rank == 0 and r.status == Status.SURFACED for r in v.ranks)
+    main = [r for r in v.ranks if r.name == MAIN_PROCESS]
+    assert len(main) == 1 and main[0].status == Status.COLLATERAL

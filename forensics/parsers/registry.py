@@ -36,6 +36,7 @@ class Format:
     cache: bool = True
     site: bool = False              # line formats: the header's file:line is where an error was detected
     joins: str = "header"           # header | logger | no: what identifies the lines of one record
+    untagged_is_main: bool = False  # line formats: a record naming no process is the main process's
     samples: tuple[dict, ...] = field(default=(), compare=False)
 
 
@@ -45,7 +46,8 @@ def formats() -> tuple[Format, ...]:
     for entry in knowledge.load("formats")["format"]:
         out.append(Format(name=entry["name"], kind=entry["kind"], what=entry["what"], grammar=entry.get("grammar"),
                           reader=entry.get("reader"), guard=entry.get("guard"), cache=entry.get("cache", True),
-                          joins=entry.get("joins", "header"), site=entry.get("site", False), samples=tuple(entry.get("samples", ()))))
+                          joins=entry.get("joins", "header"), site=entry.get("site", False),
+                          untagged_is_main=entry.get("untagged_is_main", False), samples=tuple(entry.get("samples", ()))))
     return tuple(out)
 
 

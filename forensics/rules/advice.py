@@ -291,7 +291,9 @@ def _what(verdict) -> str:
     if error is not None:
         return f"{error.name} ({error.code})" if error.code is not None else error.name
     if kind == FailureKind.OOM:
-        return "CUDA out of memory"
+        what = verdict.first_failure.what if verdict.first_failure is not None else ""
+        return "Out of memory" + what[len("out of memory"):] if what.startswith("out of memory:") else \
+            "CUDA out of memory"
     if kind == FailureKind.RELAY_ONLY and verdict.first_failure is not None:
         return verdict.first_failure.what           # who died, as the relays say it
     if kind in (FailureKind.HANG, FailureKind.NCCL_TIMEOUT):

@@ -565,7 +565,10 @@ def describe(event: Event) -> str:
     if event.kind == Kind.DEVICE_ASSERT:
         return f"device-side assert in {event.attrs.get('function') or 'a kernel'}"
     if event.kind == Kind.OOM:
-        return "out of memory"
+        # a catalogued message says which memory ran out (the KV cache at start-up)
+        text = event.attrs.get("exception_message") or event.message
+        first = text.splitlines()[0] if text else ""
+        return f"out of memory: {_short(first, 90)}" if event.attrs.get("message_id") and first else "out of memory"
     if event.kind == Kind.XID:
         entry = knowledge.xid_catalogue().get(event.attrs.get("xid"), {})
         return f"Xid {event.attrs.get('xid')} ({entry.get('name', 'unknown')}) on its GPU"
@@ -635,7 +638,10 @@ def _timed_out_stories(evidence: Evidence) -> list[Story]:
                    for o in s.all(Seen.WAITING))]
 
 
-_STUCK_REPORTS = frozenset({"nccl-heartbeat"})      # messages.toml: the rank's own watchdog stuck
+# messages.toml: reports that a process is stuck (its own watchdog, the engine waiting on
+# its workers), not that it timed out waiting for a peer in a collective
+_STUCK_REPORTS = frozenset({"nccl-heartbeat", "vllm-shm-broadcast-wait", "vllm-engine-iteration-timeout",
+                            "sglang-watchdog-timeout"})
 _OOM_ERRORS = frozenset({"CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation"})
 
 

@@ -62,8 +62,8 @@ def message_kind(message: str, level: str | None):
             attrs["phase_marker"] = phase
         if err is not None:
             attrs.update(error_attrs(err))
-            if kind in (Kind.NCCL, Kind.LOG):
-                kind = _error_kind(err)
+            if kind in (Kind.NCCL, Kind.LOG, Kind.EXCEPTION):
+                kind = _error_kind(err)         # the CUDA error the line quotes says more
         severity = Severity.from_level(entry.severity or level)
         return kind, severity, attrs, None
     if err is not None:
@@ -121,8 +121,11 @@ def traceback_event(chain: tuple[PyException, ...], nlines: int, make):
         attrs["message_id"] = found.entry.id
     elif err is not None:
         kind = _error_kind(err)
-    elif short_type.endswith("OutOfMemoryError") or "out of memory" in final.message.lower():
-        kind = Kind.OOM
+    elif short_type.endswith("OutOfMemoryError") or "out of memory" in final.message.lower() or \
+            (found is not None and Kind(found.entry.kind) == Kind.OOM):
+        kind = Kind.OOM             # the catalogue's out-of-memory messages (KV cache too small at start-up)
+        if found is not None:
+            attrs["message_id"] = found.entry.id
     else:
         kind = Kind.EXCEPTION
     severity = Severity.WARNING if kind == Kind.SIGNAL_RECEIVED else Severity.ERROR

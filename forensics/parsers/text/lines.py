@@ -164,6 +164,13 @@ def site_formats() -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=None)
+def untagged_main_formats() -> frozenset[str]:
+    """Formats whose records without a process tag are the main process's (formats.toml)."""
+    from forensics.parsers.registry import formats_of_kind
+    return frozenset(f.name for f in formats_of_kind("line") if f.untagged_is_main)
+
+
+@functools.lru_cache(maxsize=None)
 def stampless() -> frozenset[str]:
     return frozenset(f.name for f in line_formats() if f.joins == "logger")
 

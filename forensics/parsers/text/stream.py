@@ -29,7 +29,7 @@ from forensics.parsers.sanitizer.text import SanitizerAssembler, is_sanitizer_li
 from forensics.parsers.text import classify
 from forensics.parsers.text.block import BlockResult
 from forensics.parsers.text.cuda_gdb import CudaGdbCollector
-from forensics.parsers.text.lines import LineParser, Record, Stamp, site_formats, stampless
+from forensics.parsers.text.lines import LineParser, Record, Stamp, site_formats, stampless, untagged_main_formats
 
 # Inputs at least this large (decompressed, as far as the listing knows) take the fast
 # path (scan.py): only lines near an anchor are parsed, the rest counted.
@@ -97,6 +97,9 @@ class EventFactory:
         if env.repeat:
             attrs.setdefault("repeated", env.repeat)
         rank = env.rank if env.rank is not None else (rec.rank if rec is not None else None)
+        if rec is not None and rank is None and env.pid is None and not env.process and \
+                rec.format in untagged_main_formats():
+            attrs.setdefault("untagged_record", rec.format)      # the main process's (timeline)
         if rank is None:
             rank = _rank_in(rec.message if rec is not None and rec.message else message)
         pid = env.pid if env.pid is not None else (rec.pid if rec is not None else None)
