@@ -229,6 +229,7 @@ class MessagePattern:
     fields: Mapping[str, str] = None            # group -> type ("int", "float", "str")
     environment: Mapping[str, str] = None       # environment key -> group (or "=literal")
     traffic: bool = False                       # ordinary traffic: counted, not kept as events
+    constants: Mapping[str, Any] = None         # fields every match carries (what the line means, unsaid)
 
 
 @functools.lru_cache(maxsize=None)
@@ -239,7 +240,7 @@ def message_patterns() -> tuple[MessagePattern, ...]:
             id=entry["id"], kind=entry["kind"], pattern=re.compile(entry["pattern"]),
             triggers=tuple(entry["triggers"]), severity=entry.get("severity"),
             fields=dict(entry.get("fields", {})), environment=dict(entry.get("environment", {})),
-            traffic=entry.get("traffic", False)))
+            traffic=entry.get("traffic", False), constants=dict(entry.get("constants", {}))))
     return tuple(out)
 
 
@@ -389,3 +390,92 @@ def signal_name(number: int | None) -> str:
 @functools.lru_cache(maxsize=None)
 def xid_catalogue() -> dict[int, dict]:
     return {entry["code"]: entry for entry in load("xid")["xid"]}
+
+
+# --- Environment facts stated in free text (data/environment_facts.toml) ---------------------
+
+@dataclass(frozen=True)
+class EnvironmentFact:
+    """One entry of data/environment_facts.toml: a line shape that states one environment
+    key (a version, a parallel size, the model, a flag)."""
+
+    key: str
+    pattern: re.Pattern
+    triggers: tuple[str, ...]
+    type: str = "text"            # text | int | bool
+    join: str | None = None       # the value's digit runs joined with this
+    value: Any = None             # the constant of an entry whose pattern has no group
+
+
+@functools.lru_cache(maxsize=None)
+def environment_facts() -> tuple[EnvironmentFact, ...]:
+    return tuple(EnvironmentFact(key=e["key"], pattern=re.compile(e["pattern"]), triggers=tuple(e["triggers"]),
+                                 type=e.get("type", "text"), join=e.get("join"), value=e.get("value"))
+                 for e in load("environment_facts")["fact"])
+
+
+@functools.lru_cache(maxsize=None)
+def _fact_triggers() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(t for fact in environment_facts() for t in fact.triggers))
+
+
+def _fact_value(fact: EnvironmentFact, match: re.Match):
+    raw = match.groupdict().get("value")
+    if raw is None:
+        return fact.value
+    if fact.join is not None:
+        raw = fact.join.join(re.findall(r"\d+", raw))
+    if fact.type == "int":
+        return claimed_int(raw)
+    if fact.type == "bool":
+        return {"true": True, "false": False}.get(raw.strip().lower())
+    return raw
+
+
+def environment_facts_in(text: str, known=()) -> dict[str, Any]:
+    """{key: value} of the environment facts ``text`` states: per key, the value of the
+    first entry (in catalogue order) one of whose triggers occurs in the text and whose
+    pattern matches.  Keys in ``known`` are not looked for (the first value seen wins)."""
+    if not text:
+        return {}
+    present = {t for t in _fact_triggers() if t in text}
+    if not present:
+        return {}
+    out: dict[str, Any] = {}
+    for fact in environment_facts():
+        if fact.key in out or fact.key in known or present.isdisjoint(fact.triggers):
+            continue
+        match = fact.pattern.search(text)
+        if match is not None:
+            value = _fact_value(fact, match)
+            if value is not None:
+                out[fact.key] = value
+    return out
+
+
+# --- What an Xid line tells about the error its process sees ----------------------------------
+
+@functools.lru_cache(maxsize=None)
+def _xid_exceptions() -> dict[str, str]:
+    """The SM exception an Xid 13 line names ("Misaligned Address") -> the device
+    exception's text (data/cuda_exceptions.toml, `xid_sm_exception`)."""
+    known = {entry["text"] for entry in load("cuda_exceptions")["exception"]}
+    return {name.lower(): text for name, text in load("cuda_exceptions").get("xid_sm_exception", {}).items()
+            if text in known}
+
+
+def xid_exception(name: str | None) -> str | None:
+    """The device exception (as cuda-gdb names it: "Warp Misaligned Address") of the SM
+    exception an Xid line prints, or None when the catalogue does not establish one."""
+    return _xid_exceptions().get(str(name or "").strip().rstrip(".").lower())
+
+
+def xid_host_error(attrs: Mapping) -> CudaError | None:
+    """The CUDA error the process an Xid names sees after it: the host error of the
+    device exception the line names (an Xid 13's "Misaligned Address" -> 716), else the
+    Xid catalogue's `host` (Xid 31, an MMU fault -> 700); None when neither says."""
+    err = host_error_of(attrs.get("fault"))
+    if err is not None:
+        return err
+    code = xid_catalogue().get(attrs.get("xid"), {}).get("host")
+    return next((e for e in cuda_errors() if e.code == code and e.family == "cuda"), None) if code is not None else None

@@ -339,9 +339,12 @@ class ProcessTable:
             self._from_name(self._subject(subject_pid), subject.split("::")[-1])
         if event.kind == Kind.LAUNCHER_SUMMARY:
             for failure in [event.attrs.get("root_cause") or {}] + list(event.attrs.get("failures") or []):
-                if isinstance(failure.get("pid"), int) and isinstance(failure.get("rank"), int):
+                if isinstance(failure.get("pid"), int):
+                    # an entry with a pid is a child, with its rank when the entry kept it
+                    # (a paste can cut the entry's "rank :" line)
                     other = self._subject(failure["pid"])
-                    if other.rank is None or "local rank" in (other.rank_basis or ""):
+                    if isinstance(failure.get("rank"), int) and (
+                            other.rank is None or "local rank" in (other.rank_basis or "")):
                         other.rank, other.rank_basis = failure["rank"], f"{event.where}: launcher summary"
                     other.role = other.role or "worker"
         if event.kind == Kind.PROCESS_IDENTITY and isinstance(subject_pid, int) and \
@@ -367,6 +370,8 @@ class ProcessTable:
             self._died.setdefault(id(other), event.time)
         if event.kind == Kind.CHILD_FAILED and isinstance(subject_pid, int):
             other = self._subject(subject_pid)
+            if other.rank is None and isinstance(subject_rank, int):
+                other.rank, other.rank_basis = subject_rank, f"{event.where}: the launcher's rank of a failed child"
             if other.rank is None and isinstance(event.attrs.get("local_rank"), int):
                 other.rank, other.rank_basis = event.attrs["local_rank"], f"{event.where}: local rank of a failed child"
             other.role = other.role or "worker"

@@ -16,7 +16,7 @@ from forensics import knowledge
 from forensics.events import Kind, Severity
 from forensics.parsers.text.lines import LineParser, Stamp
 from tests.conftest import DATA
-from tests.helpers import parse_text
+from tests.helpers import analyze_text, parse_text
 
 XID_31 = ("NVRM: Xid (PCI:0000:61:00): 31, pid=40417, name=pt_main_thread, channel 0x00000012, intr 00000000. "
           "MMU Fault: ENGINE GRAPHICS GPC3 GPCCLIENT_T1_4 faulted @ 0x7f51_c2e40000. Fault is of type FAULT_PDE "
@@ -85,6 +85,22 @@ def test_journalctl_short_iso_form():
 def test_kernel_line_headers(line, uptime, host):
     record = LineParser().parse(line)
     assert (record.format, record.uptime, record.host) == ("kernel", uptime, host)
+
+
+@pytest.mark.parametrize("head, stamp, uptime, host", [
+    # the grammar's forms beyond those the format's guard lets through today
+    # (data/formats.toml): journalctl -o short-full, dmesg -x, dmesg --time-format=iso
+    ("Mon 2025-02-03 08:15:02 UTC gpu-node-2 kernel:", Stamp(2025, 2, 3, 8, 15, 2), None, "gpu-node-2"),
+    ("kern  :err   : [ 4417.001122]", None, 4417.001122, None),
+    ("kern  :warn  : [Mon Feb  3 08:15:02 2025]", Stamp(2025, 2, 3, 8, 15, 2), None, None),
+    ("2025-02-03T08:15:02,250000+00:00", Stamp(2025, 2, 3, 8, 15, 2, 250000), None, None),
+    ("Feb 03 08:15:02.250000 gpu-node-2 kernel:", Stamp(None, 2, 3, 8, 15, 2, 250000), None, "gpu-node-2"),
+])
+def test_kernel_header_grammar_forms(head, stamp, uptime, host):
+    from forensics import grammar
+    from forensics.parsers.text.lines import record_of
+    record = record_of("kernel", grammar.load("kernel_log").parse(head))
+    assert (record.stamp, record.uptime, record.host, record.level) == (stamp, uptime, host, None)
 
 
 # --- Xid fields ------------------------------------------------------------------------
@@ -183,6 +199,131 @@ def test_xid_catalogue_is_data_with_what_to_do():
     for code in (13, 31, 43, 48, 79, 94, 95):
         assert code in cat
     assert cat[31]["app_fault"] and not cat[79]["app_fault"]
+    for code, entry in cat.items():
+        assert isinstance(entry.get("hang", False), bool), code
+        if "host" in entry:
+            assert knowledge.lookup_error(entry["host"]) is not None, code
+
+
+@pytest.mark.parametrize("code, lean, app_fault, hang", [
+    # NVIDIA's Xid table (possible causes) and catalog, as data/xid.toml cites them
+    (13, "application", True, False), (31, "application", True, False), (38, "driver", False, False),
+    (43, "application", True, False), (45, "collateral", False, False), (48, "hardware", False, False),
+    (63, "hardware", False, False), (64, "hardware", False, False), (74, "hardware", False, False),
+    (79, "hardware", False, False), (92, "hardware", False, False), (94, "hardware", False, False),
+    (95, "hardware", False, False), (109, "application", True, True), (119, "driver", False, True),
+    (120, "hardware", False, False),
+])
+def test_xid_catalogue_entries(code, lean, app_fault, hang):
+    entry = knowledge.xid_catalogue()[code]
+    assert (entry["lean"], entry["app_fault"], entry.get("hang", False)) == (lean, app_fault, hang)
+
+
+# --- the Xid message's grammar (grammars/kernel_log.lark `xid`, parsers/text/xid.py) --------
+# Hand-made lines in the shapes of public kernel logs: pid without name= as in
+# https://github.com/pytorch/pytorch/issues/51382, pid='<unknown>' and an SM exception
+# as in https://github.com/leptonai/gpud/pull/46, an SM exception without a process as in
+# https://github.com/mbevand/silentarmy/issues/6, a journald prefix as in
+# https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1045
+
+def test_xid_pid_without_a_name():
+    event = one_xid("[ 4417.001122] NVRM: Xid (PCI:0000:41:00): 43, pid=51207, Ch 00000010")
+    assert (event.attrs["xid"], event.pid, event.attrs["subject_pid"]) == (43, 51207, 51207)
+    assert event.attrs["body"] == "Ch 00000010" and "name" not in event.attrs
+
+
+def test_xid_with_nothing_after_the_pid():
+    event = one_xid("[Mon Feb  3 08:15:02 2025] NVRM: Xid (PCI:0000:41:00): 31, pid=51290")
+    assert event.pid == 51290 and event.time == datetime(2025, 2, 3, 8, 15, 2)
+
+
+def test_mmu_fault_without_a_name():
+    event = one_xid("[Mon Feb  3 08:15:02 2025] NVRM: Xid (PCI:0000:41:00): 31, pid=51291, Ch 00000009, intr "
+                    "00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_3 faulted @ 0x7f10_22100000. Fault is of type "
+                    "FAULT_PDE ACCESS_TYPE_VIRT_WRITE")
+    a = event.attrs
+    assert (event.pid, a["access"], a["address"], a["fault_type"]) == (51291, "WRITE", "0x7f1022100000", "FAULT_PDE")
+    assert a["body"].startswith("Ch 00000009, intr 00000000. MMU Fault: ENGINE GRAPHICS")
+
+
+def test_xid_process_name_with_blanks_under_a_journald_prefix():
+    event = one_xid("Feb 03 08:15:02 gpu-node-2 kernel: NVRM: Xid (PCI:0000:41:00): 45, pid=880, name=my trainer, "
+                    "Ch 00000002 caused by previous Xid 74")
+    assert (event.pid, event.attrs["name"], event.attrs["machine"]) == (880, "my trainer", "gpu-node-2")
+    assert event.attrs["body"] == "Ch 00000002 caused by previous Xid 74"
+
+
+def test_xid_with_an_unknown_process_names_none():
+    event = one_xid("[Mon Feb  3 08:15:02 2025] NVRM: Xid (PCI:0000:41:00): 13, pid='<unknown>', name=<unknown>, "
+                    "Graphics SM Warp Exception on (GPC 2, TPC 1, SM 1): Out Of Range Address")
+    assert event.pid is None and "subject_pid" not in event.attrs
+    assert event.attrs["fault"] == "Warp Out-of-range Address"
+
+
+@pytest.mark.parametrize("detail, fault, code", [
+    ("Graphics SM Warp Exception on (GPC 3, TPC 0): Misaligned Address", "Warp Misaligned Address", 716),
+    ("Graphics SM Warp Exception on (GPC 3, TPC 0, SM 1): Out Of Range Address", "Warp Out-of-range Address", 700),
+    ("Graphics SM Warp Exception on (GPC 3, TPC 0, SM 1): Illegal Address", "Warp Illegal Address", 700),
+    ("Graphics SM Warp Exception on (GPC 3, TPC 0, SM 1): MMU Fault", "Warp MMU Fault", 700),
+    # an exception the catalogue names, whose host error it does not establish
+    ("Graphics SM Warp Exception on (GPC 3, TPC 0, SM 0): Illegal Instruction Parameter",
+     "Warp Illegal Instruction Parameter", None),
+    # the summary and register lines of the same fault name no exception
+    ("Graphics SM Global Exception on (GPC 3, TPC 0): Physical Multiple Warp Errors", None, None),
+    ("Graphics Exception: ESR 0x51e730=0x1000e 0x51e734=0x20 0x51e728=0xc81eb60 0x51e72c=0x1174", None, None),
+])
+def test_an_xid_13_detail_names_the_device_exception_and_the_error(detail, fault, code):
+    event = one_xid(f"[  903.114422] NVRM: Xid (PCI:0000:41:00): 13, {detail}")
+    assert event.attrs.get("fault") == fault and event.attrs["body"] == detail
+    err = knowledge.xid_host_error(event.attrs)
+    assert (err.code if err else None) == code
+
+
+def test_the_error_an_xid_implies_without_a_detail():
+    assert knowledge.xid_host_error({"xid": 31}).name == "CUDA_ERROR_ILLEGAL_ADDRESS"     # an MMU fault
+    assert knowledge.xid_host_error({"xid": 43}) is None
+    assert knowledge.xid_host_error({"xid": 79}) is None
+
+
+@pytest.mark.parametrize("line", [
+    "NVRM: Xid (PCI:0000:41:00 GPU-I:01 GPU-CI:00): 31, pid=700, name=python3, channel 0x00000012",   # MIG
+    "NVRM: Xid (0000:41:00): 13, 0005 00000000 0000502d 00000104 00000000 00000100",                 # old driver
+    "NVRM: Xid (PCI:0000:41:00): 79, GPU has fallen off the bus.",
+])
+def test_other_xid_forms_parse(line):
+    from forensics.parsers.text import xid
+    found = xid.read(line)
+    assert found["xid"] in (13, 31, 79) and found["pci"].startswith(("PCI:", "0000"))
+
+
+def test_every_pid_an_xid_names_is_a_process():
+    # runs days apart, each faulting on its own: each pid is a process of the table
+    case = analyze_text("[Mon Feb  3 08:15:02 2025] NVRM: Xid (PCI:0000:41:00): 43, pid=61001, Ch 00000008\n"
+                        "[Mon Feb  3 09:20:11 2025] NVRM: Xid (PCI:0000:41:00): 43, pid=61877, Ch 00000008\n"
+                        "[Tue Feb  4 10:01:40 2025] NVRM: Xid (PCI:0000:5e:00): 31, pid=3120, Ch 00000008, intr "
+                        "00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_2 faulted @ 0x7f00_10000000. Fault is of "
+                        "type FAULT_PDE ACCESS_TYPE_VIRT_READ\n")
+    assert {61001, 61877, 3120} <= {p.pid for p in case.processes.processes()}
+
+
+def test_xid_grammar_terminals_are_linear():
+    # the xid and sm_exception start rules' terminals (tests/test_linear_time.py loads
+    # the grammar with its `start` rule only); matched where a token starts, as lark does
+    import re
+
+    from forensics import grammar
+    from tests.pumps import linear, pumps
+    parser = grammar.load("kernel_log", ("start", "xid", "sm_exception"))
+    checked = 0
+    for terminal in parser.terminals:
+        if not terminal.name.startswith(("XID_", "SM_")):
+            continue
+        pattern = re.compile(terminal.pattern.to_regexp())
+        failures = [f"{pump}: {why}" for pump in pumps(pattern.pattern, pattern.flags)
+                    if (why := linear(pattern.match, pump))]
+        assert not failures, (terminal.name, failures[:2])
+        checked += 1
+    assert checked >= 9
 
 
 # --- the header alone ----------------------------------------------------------------------

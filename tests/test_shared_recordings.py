@@ -242,7 +242,8 @@ def test_vllm_cpu_sigkilled_worker(shared_case):
     assert v.first_failure.pid == inj["pid"]
     (killed,) = [r for r in v.ranks if r.pid == inj["pid"]]
     assert killed.exit_code == -9 and inj["signal"] in killed.failure
-    assert killed.status == Status.FAILED
+    # SIGKILLed from outside: why, its lines cannot tell (docs/reasoning.md, statuses)
+    assert killed.status == Status.UNKNOWN
     assert all(r.status == Status.COLLATERAL for r in v.ranks if r.pid != inj["pid"])
     env = v.environment
     assert env["phase"] == inj["phase"].split(":")[0]                       # decode

@@ -14,7 +14,7 @@ KIND_NAMES = {"vllm": "vllm-log", "sglang": "sglang-log", "glog": "c10-log", "nc
               "trtllm": "tensorrt-llm-log", "pylog": "python-log", "uvicorn": "vllm-log", "kernel": "kernel-log",
               "python-traceback": "python-traceback", "compute-sanitizer": "compute-sanitizer",
               "cuda-gdb": "cuda-gdb", "faulthandler": "faulthandler", "py-spy": "py-spy",
-              "torchrun-summary": "torchrun-log", "native-exception": "native-crash", "segfault-banner": "native-crash",
+              "torchrun-summary": "torchrun-log", "launcher-record": "torchrun-log", "native-exception": "native-crash", "segfault-banner": "native-crash",
               "nvidia-smi": "nvidia-smi", "collect-env": "collect-env", "pip-freeze": "pip-freeze",
               "env-vars": "environment", "collect-clock": "collect-clock", "collect-manifest": "collect-manifest", "plain": "text"}
 

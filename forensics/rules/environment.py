@@ -35,10 +35,14 @@ class Environment(Rule):
     """Collects versions, model, dtype/quantization, parallel sizes, chunked-prefill
     budget, attention and all-reduce backends and flags from startup lines (each
     catalogue entry says which environment key it fills; engine configs are read as
-    key/values by the parser); from the engine's crash dump the step in flight
-    (num_computed_tokens, scheduled tokens) and KV-cache usage; and the engine phase at
-    the failure (startup, CUDA graph capture, prefill, chunked prefill, decode).  The
-    first value seen wins, except running values (KV-cache usage) where the last does."""
+    key/values by the parser); the facts free text states (data/environment_facts.toml:
+    "NCCL version 2.21.5", "--tensor-parallel-size 4", "Driver Version: 550.54.15"),
+    from every event's message and every traffic template's example lines; from the
+    engine's crash dump the step in flight (num_computed_tokens, scheduled tokens) and
+    KV-cache usage; and the engine phase at the failure (startup, CUDA graph capture,
+    prefill, chunked prefill, decode).  A world of one process has parallel sizes of 1.
+    The first value seen wins, except running values (KV-cache usage) where the last
+    does."""
 
     name = "environment"
     writes = ("environment", "environment_sources")
@@ -78,15 +82,25 @@ class Environment(Rule):
                 for key, value in dump.items():
                     if isinstance(value, int) and not isinstance(value, bool):
                         put(f"crash_{key}", value, event.where)
-            if event.kind == Kind.ENVIRONMENT:
-                for key, value in (attrs.get("facts") or {}).items():
+            if event.kind in (Kind.ENVIRONMENT, Kind.CONFIG) and isinstance(attrs.get("facts"), dict):
+                for key, value in attrs["facts"].items():
                     put(key, value, event.where)
+            for key, value in knowledge.environment_facts_in(event.message, env).items():
+                put(key, value, event.where)
             if attrs.get("phase_marker") and not _after_failure(evidence, event):
                 last_marker = (attrs["phase_marker"], event)
         for traffic in evidence.traffic:
             usage = traffic.facts.get("kv_cache_usage_pct")
             if isinstance(usage, (int, float)):
                 put("kv_cache_usage", float(usage) / 100, f"{traffic.template} x{traffic.count}", overwrite=True)
+            for i, example in enumerate(traffic.examples):
+                # ordinary lines are counted per template, a few kept: a startup line
+                # stating a fact is its template's first
+                where = f"{traffic.source}:{traffic.first_line}" if i == 0 else \
+                    f"{traffic.source}:{traffic.first_line}-{traffic.last_line}"
+                for key, value in knowledge.environment_facts_in(example, env).items():
+                    put(key, value, where)
+        _single_process(env, src)
         _phase(evidence, env, src, last_marker)
         _chunk_position(env)
         verdict.environment = env
@@ -96,6 +110,16 @@ class Environment(Rule):
             verdict.explain(f"Environment from the inputs: {shown}{' ...' if len(env) > 8 else ''}.")
         else:
             verdict.explain("The inputs reveal no configuration (no startup lines).")
+
+
+def _single_process(env: dict, src: dict) -> None:
+    """A world of one process (world_size=1, MPI size 1) runs no tensor or pipeline
+    parallelism: both sizes are 1 when nothing else says."""
+    if env.get("world_size") != 1:
+        return
+    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
+        if key not in env:
+            env[key], src[key] = 1, f"world_size=1 ({src.get('world_size', '')})"
 
 
 def _literal(text: str):
@@ -119,10 +143,10 @@ def _startup_event(evidence: Evidence) -> Event | None:
     for event in evidence.events:
         if event.severity >= Severity.ERROR and any(text in event.message for text in messages):
             return event
-        if event.kind in OWN_FAILURE | {Kind.EXCEPTION} and any(
+        if event.kind in OWN_FAILURE | {Kind.EXCEPTION, Kind.NCCL} and any(
                 knowledge.startup_frame(f.function, f.file) for exc in event.chain for f in exc.frames):
             return event
-        if event.kind in OWN_FAILURE | {Kind.EXCEPTION} and \
+        if event.kind in OWN_FAILURE | {Kind.EXCEPTION, Kind.NCCL} and \
                 str(event.attrs.get("exception_type") or "").rsplit(".", 1)[-1] in knowledge.startup_exceptions():
             return event
     return None

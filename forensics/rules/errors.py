@@ -86,16 +86,25 @@ class ReportedError(Rule):
 
     @staticmethod
     def _from_device(evidence: Evidence, verdict: VerdictView) -> bool:
-        """No host call's error is in the inputs, but a device exception is (a cuda-gdb
-        stop, a GPU core dump): the error is the one the host sees after it (Warp Illegal
-        Address -> CUDA_ERROR_ILLEGAL_ADDRESS), the exception its detail."""
+        """No host call's error is in the inputs, but device evidence is: the error is the
+        one the host sees after it, the device's report its detail - a cuda-gdb stop or a
+        GPU core dump's exception (Warp Illegal Address -> CUDA_ERROR_ILLEGAL_ADDRESS), a
+        device-side assert (CUDA_ERROR_ASSERT), an Xid naming a process (an MMU fault ->
+        700, Xid 13's "Misaligned Address" -> 716)."""
+        found = []
         for event in evidence.of_kind(Kind.CUDA_GDB, Kind.CORE_DUMP):
-            err = knowledge.host_error_of(event.attrs.get("fault"))
+            found.append((event, knowledge.host_error_of(event.attrs.get("fault")), event.attrs.get("fault")))
+        for event in evidence.of_kind(Kind.DEVICE_ASSERT):
+            found.append((event, knowledge.lookup_error("CUDA_ERROR_ASSERT"), "device-side assert"))
+        for event in evidence.of_kind(Kind.XID):
+            if event.pid is not None:
+                found.append((event, knowledge.xid_host_error(event.attrs),
+                              event.attrs.get("fault") or f"Xid {event.attrs.get('xid')}"))
+        for event, err, detail in found:
             if err is not None and not event.attrs.get("earlier_run"):
-                verdict.error = ErrorInfo(err, event.where, from_device=event.attrs["fault"])
-                verdict.explain(f"No host call's error is in the inputs; the device exception "
-                                f"{event.attrs['fault']} at {event.where} is what the host sees as {err.name} "
-                                f"({err.code}).")
+                verdict.error = ErrorInfo(err, event.where, from_device=detail)
+                verdict.explain(f"No host call's error is in the inputs; the device's report "
+                                f"({detail}) at {event.where} is what the host sees as {err.name} ({err.code}).")
                 return True
         return False
 

@@ -608,6 +608,9 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
         return FailureKind.DEVICE_ASSERT
     if (event is not None and event.kind == Kind.OOM) or (error is not None and error.name in _OOM_ERRORS):
         return FailureKind.OOM
+    if error is None and event is not None and event.kind == Kind.XID and \
+            knowledge.xid_catalogue().get(event.attrs.get("xid"), {}).get("hang"):
+        return FailureKind.HANG         # the GPU stopped answering (a GSP or context-switch timeout)
     if error is not None or (event is not None and event.kind in _DEVICE + (Kind.CUDA_ERROR,)):
         return FailureKind.CUDA_ERROR
     if env.get("phase") == "startup":
@@ -826,9 +829,13 @@ class RankStatuses(Rule):
             return RankVerdict(status=Status.HEALTHY, failure="stopped by a requested shutdown", **base)
         crashed = code is not None and crash_signal(code)
         if (pids & set(deaths) or rank_death is not None) and (crashed or is_first or not story.all(*NOTICED)):
-            # (a child that exited after noticing another's failure is collateral: below)
+            # (a child that exited after noticing another's failure is collateral: below);
+            # one SIGKILLed from outside (the OOM killer, Ray's memory monitor) is unknown
             words = deaths.get(story.pid) or next((deaths[p] for p in story.pids if p in deaths), rank_death)
-            return RankVerdict(status=Status.FAILED if crashed or is_first else Status.UNKNOWN, failure=words, **base)
+            # an error exit code is a child that raised an error of its own: failed
+            raised = isinstance(code, int) and code > 0 and signal_number(code) is None
+            failed = crashed or raised or (is_first and signal_number(code) != 9)
+            return RankVerdict(status=Status.FAILED if failed else Status.UNKNOWN, failure=words, **base)
         if relays:
             e = relays[0]
             if first is None and hang is None and verdict.failure_kind is None:

@@ -110,8 +110,13 @@ def typed_fields(entry: knowledge.MessagePattern, match: re.Match) -> dict:
             out[base] = out.pop(key)
         elif base != key:
             out.pop(key)
+    for key, value in (entry.constants or {}).items():
+        out.setdefault(key, value)
     if "address_hi" in out and "address_lo" in out:
         out["address"] = hex(int(out.pop("address_hi"), 16) << 32 | int(out.pop("address_lo"), 16))
+    if entry.kind == "xid" and "xid" in out:
+        from forensics.parsers.text import xid       # the Xid line's process and detail, by its grammar
+        out = xid.refine(match, out)
     for name, how in (entry_structured(entry)).items():
         text = out.get(name)
         if isinstance(text, str):

@@ -379,6 +379,10 @@ class _Run:
             out.noise_lines += 1
         elif rec.format != "plain":
             self._traffic(line, rec, f"{rec.format}:{rec.fileinfo or rec.logger or ''}:{rec.lineno or ''}", {})
+        elif facts := knowledge.environment_facts_in(text):
+            # a plain line stating a version or a size (data/environment_facts.toml)
+            out.events.append(self.make.at(line, rec)(Kind.ENVIRONMENT, text, Severity.INFO, {"facts": facts}))
+            out.event_lines += 1
         else:
             out.count_unparsed(line.lineno, line.text)
 
