@@ -443,28 +443,65 @@ def _indent(text: str, n: int, width: int = 88) -> str:
     return textwrap.fill(text, width=width, initial_indent=" " * n, subsequent_indent=" " * n)
 
 
-PROGRESS_MIN_BYTES = 20 * 1024 * 1024
+PROGRESS_AFTER_S = 1.0          # a run shorter than this shows no bar
+PROGRESS_POLL_S = 0.1
 
 
 @contextlib.contextmanager
 def _progress(paths, enabled: bool):
-    """A progress bar on stderr for large inputs, only when stderr is a terminal."""
+    """Bytes read across all inputs, with rate and ETA, on stderr, only when stderr is a
+    terminal and the run lasts over a second: it advances inside one large file, over
+    many files, on compressed files and on stdin (no total: a pulse and the bytes
+    read).  The readers count into a shared meter (forensics/inputs/progress.py) that
+    the worker processes count into too; a thread here shows it."""
     if not enabled or not sys.stderr.isatty():
         yield None
         return
-    total = _input_bytes(paths)
-    if total < PROGRESS_MIN_BYTES:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-    with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                  console=Console(stderr=True), transient=True) as progress:
-        task = progress.add_task("reading", total=total)
+    import threading
+    import time
 
-        def advance(source, parsed):
-            progress.update(task, advance=source.size or 0)
+    from rich.console import Console
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                               TransferSpeedColumn)
+
+    from forensics.inputs import progress as meter
+    total = _input_bytes(paths)
+    sized = "-" not in paths and total > 0
+    meter.start()
+    done = {"inputs": 0}
+    stop = threading.Event()
+
+    def show() -> None:
+        if stop.wait(_seconds(os.environ.get("FORENSICS_PROGRESS_AFTER"), PROGRESS_AFTER_S)):
+            return
+        with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                      TimeRemainingColumn(), console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("reading", total=total if sized else None)
+            while not stop.is_set():
+                read = meter.bytes_read()
+                stage = "analysing" if sized and read >= total else f"reading ({done['inputs']} inputs done)"
+                bar.update(task, completed=read, description=stage)
+                stop.wait(PROGRESS_POLL_S)
+
+    thread = threading.Thread(target=show, name="forensics-progress", daemon=True)
+    thread.start()
+
+    def advance(source, parsed):
+        done["inputs"] += 1
+    try:
         yield advance
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        meter.stop()
+
+
+def _seconds(text: str | None, default: float) -> float:
+    try:
+        value = float(text) if text else default
+    except ValueError:
+        return default
+    return value if 0 <= value <= 60 else default
 
 
 def _input_bytes(paths) -> int:

@@ -40,7 +40,11 @@ def parse_processes(sources: list[Source], parse: Callable[[Source], ParsedSourc
     from concurrent.futures import ProcessPoolExecutor    # only when there is work to share
 
     results: dict[int, Any] = {}
-    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
+    from forensics.inputs import progress
+    meter = progress.meter()
+    with ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1,
+                             initializer=progress.attach if meter is not None else None,
+                             initargs=(meter,) if meter is not None else ()) as pool:
         futures = {i: pool.submit(parse, s) for i, s in enumerate(sources) if _travels(s)}
         for i, source in enumerate(sources):
             if i not in futures:

@@ -94,6 +94,18 @@ def md_text(text: object) -> str:
     return _MENTION.sub("\\1\u200b", value)
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def md_prose(text: object) -> str:
+    """A sentence of the report (which may quote a command or a condition between
+    backticks, `nvidia-smi -q`) in Markdown prose: the quoted parts as code spans, the
+    rest as ``md_text``.  Nothing in either part is a live construct."""
+    value = plain(text)
+    parts = _CODE_SPAN.split(value)
+    return "".join(md_code(part) if i % 2 else md_text(part) for i, part in enumerate(parts))
+
+
 def md_code(text: object, *, table: bool = False) -> str:
     """Log text as an inline code span: the fence is longer than any backtick run
     inside, so the span cannot be closed early.  In a table cell a pipe would still end

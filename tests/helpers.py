@@ -76,3 +76,20 @@ def run_rules(evidence: Evidence, until: type[Rule] | None = None):
         if rule_class is until:
             break
     return draft.values
+
+
+def read_pty(pid: int, fd: int, seconds: float = 120) -> str:
+    """What a child started with ``pty.fork()`` printed on its terminal, until it exits."""
+    import os
+    import time
+    chunks, deadline = [], time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode("utf-8", "replace")

@@ -319,12 +319,13 @@ def test_the_access_at_address_line_and_a_backtrace_cut_at_its_header_are_read()
 
 def test_device_frames_after_the_address_and_host_frames_indented_by_five_are_read():
     # hand-made in the shapes of realworld sanitizer-012 (Device Frame: in an access record)
-    # and sanitizer-006 (5-space Host Frame lines with their "in" on the next line)
+    # and sanitizer-006 (5-space Host Frame lines with their "in" on the next line).  The
+    # PC is in a device function; the device frames are its callers, up to the kernel.
     text = ("========= Invalid __shared__ read of size 16 bytes\n"
-            "=========     at reduce_kernel(float *)+0x6320 in reduce.cuh:118\n"
+            "=========     at warp_reduce(float)+0x6320 in reduce.cuh:40\n"
             "=========     by thread (0,0,0) in block (0,0,0)\n"
             "=========     Address 0x8 is misaligned\n"
-            "=========     Device Frame:warp_reduce(float)+0xc0 in reduce.cuh:40\n"
+            "=========     Device Frame:reduce_kernel(float *)+0xc0 in reduce.cuh:118\n"
             "=========     Saved host backtrace up to driver entry point at kernel launch time\n"
             "=========     Host Frame: [0x334640]\n"
             "=========                in /lib/x86_64-linux-gnu/libcuda.so.1\n"
@@ -334,7 +335,11 @@ def test_device_frames_after_the_address_and_host_frames_indented_by_five_are_re
     parsed = parse_text(text, "paste.txt")
     (access,) = findings(parsed, "access")
     assert access.attrs["kernel"] == "reduce_kernel" and parsed.unparsed_lines == 0
-    assert access.attrs["device_frames"] == ["device:warp_reduce(float)+0xc0 in reduce.cuh:40"]
+    assert access.attrs["kernel_signature"] == "reduce_kernel(float *)"
+    assert (access.attrs["device_function"], access.attrs["kernel_source"]) == ("warp_reduce", "reduce.cuh:40")
+    assert access.attrs["device_frames"] == ["device:reduce_kernel(float *)+0xc0 in reduce.cuh:118"]
+    assert access.attrs["host_frames"] == ["[0x334640] in /lib/x86_64-linux-gnu/libcuda.so.1",
+                                           "cudaLaunchKernel [0x6bedb] in /usr/lib/libcudart.so.12"]
 
 
 def test_parse_report_refuses_what_is_not_a_report():

@@ -29,6 +29,7 @@ import pytest
 
 from forensics.inert import md_code, md_fence, md_text, plain, script_json, shell_value
 from forensics.redact import Redactor
+from tests.helpers import read_pty
 
 ERROR_LINE = b"ERROR 03-14 10:00:02 [core.py:1] RuntimeError: CUDA error: an illegal memory access was encountered\n"
 
@@ -213,18 +214,7 @@ def test_no_control_sequence_reaches_any_output(hostile_reports, fmt):
 
 
 def _read_pty(pid: int, fd: int) -> str:
-    """What the child printed on its terminal, until it exits (a minute at most)."""
-    chunks, deadline = [], time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            data = os.read(fd, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode("utf-8", "replace")
+    return read_pty(pid, fd, seconds=60)
 
 
 def test_terminal_through_a_pty_only_colours(tmp_path):

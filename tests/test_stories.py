@@ -431,16 +431,26 @@ def test_a_cut_traceback_whose_last_frame_calls_a_host_api_names_it():
 
 # --- device evidence of its own: origin ----------------------------------------------------
 
-def test_every_process_whose_own_gpu_work_faulted_is_an_origin():
-    text = ("[Thu Dec  4 09:00:01 2026] NVRM: Xid (PCI:0000:3b:00): 31, pid=4101, name=python3, Ch 00000010, "
+def _xid31(stamp: str, pci: str, pid: int) -> str:
+    return (f"[{stamp}] NVRM: Xid (PCI:0000:{pci}:00): 31, pid={pid}, name=python3, Ch 00000010, "
             "intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_34560000. Fault is of type "
-            "FAULT_PDE ACCESS_TYPE_VIRT_WRITE\n"
-            "[Thu Dec  4 09:00:01 2026] NVRM: Xid (PCI:0000:5e:00): 31, pid=4102, name=python3, Ch 00000010, "
-            "intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_34570000. Fault is of type "
             "FAULT_PDE ACCESS_TYPE_VIRT_WRITE\n")
+
+
+def test_every_process_whose_own_gpu_work_faulted_is_an_origin():
+    """Faults hours apart (a host's kernel log over days, kernel-001's shape) are each
+    their own process's origin."""
+    text = _xid31("Thu Dec  4 09:00:01 2026", "3b", 4101) + _xid31("Thu Dec  4 11:30:12 2026", "5e", 4102)
     v = analyze_text(text, "dmesg.txt").verdict
     by_pid = {r.pid: r.status for r in v.ranks}
     assert by_pid.get(4101) == Status.ORIGIN and by_pid.get(4102) == Status.ORIGIN
+
+
+def test_a_fault_on_another_gpu_right_after_the_origins_is_the_cascade_not_an_origin():
+    text = _xid31("Thu Dec  4 09:00:01 2026", "3b", 4101) + _xid31("Thu Dec  4 09:00:01 2026", "5e", 4102)
+    v = analyze_text(text, "dmesg.txt").verdict
+    by_pid = {r.pid: r.status for r in v.ranks}
+    assert by_pid.get(4101) == Status.ORIGIN and by_pid.get(4102) != Status.ORIGIN
 
 
 def _shm_notice(minute: int) -> str:

@@ -231,7 +231,7 @@ def test_header_at_the_end_of_an_sglang_record():
     tb = kinds[Kind.CUDA_ERROR]
     assert tb.rank == 2 and tb.time == datetime(2025, 6, 3, 11, 20, 46)
     assert [f.function for f in tb.chain[0].frames] == ["event_loop"]
-    assert kinds[Kind.SIGNAL_RECEIVED].line == 6
+    assert kinds[Kind.CHILD_FAILED].line == 6
     assert parsed.unparsed_lines == 0 and parsed.lines == parsed.event_lines + parsed.noise_lines + parsed.counted_lines
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Iterator
 
 from forensics import inert
+from forensics.inputs import progress
 
 SNIFF_BYTES = 64 * 1024
 STDIN_NAME = "<stdin>"
@@ -100,6 +101,8 @@ class Source:
         """The bytes of the input, decompressed, capped."""
         if self.opener is not None:
             raw: BinaryIO = self.opener()
+            if progress.meter() is not None:
+                raw = io.BufferedReader(progress.Counted(raw), buffer_size=1 << 16)
         elif self.path is None:
             raw = io.BytesIO(b"")      # neither a file nor a stream: nothing to read
         else:
@@ -141,6 +144,7 @@ class Capped(io.RawIOBase):
             n = len(data)
             buffer[:n] = data
         self.seen += n
+        progress.read(n)
         if self._hard and self.seen > self._limit:
             raise InputLimitError(f"{self._what} expands past {self._limit:,} bytes; the rest is not read")
         return n

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from forensics.inert import md_code, md_fence, md_html, md_text
+from forensics.inert import md_code, md_fence, md_html, md_prose, md_text
 
 GITHUB_LIMIT = 65_536
 MAX_CHAIN = 24
@@ -90,39 +90,40 @@ def _head(document: dict, include_title: bool) -> str:
     out = []
     if include_title:
         out.append(f"**Suggested title:** {md_code(title(document))}\n\n")
-    out.append(f"> **{md_text(v['headline'])}**\n\n")
+    out.append(f"> **{md_prose(v['headline'])}**\n\n")
     if document["known_issues"]:
         out.append("#### Known issues\n")
         for k in document["known_issues"]:
             out.append(f"- **{k['likelihood']}**: {md_code(k['id'])} - {md_text(k['title'])}  \n"
-                       f"  workaround: {md_text(k['workaround'])}  \n"
+                       f"  workaround: {md_prose(k['workaround'])}  \n"
                        f"  matched: {md_text('; '.join(k['matched']))}"
                        + (f"; cannot tell: {md_text(', '.join(k['unknown']))}" if k["unknown"] else "") + "  \n"
-                       f"  does not prove: {md_text(k['does_not_prove'])}  \n"
+                       f"  does not prove: {md_prose(k['does_not_prove'])}  \n"
                        + "".join(f"  <{ref}>\n" for ref in k["references"] if _is_url(ref)))
         out.append("\n")
     if document["next_actions"]:
         out.append("#### Next steps (most confidence gained first)\n")
         for step in document["next_actions"]:
-            out.append(f"- {md_text(step['why'])}\n")
+            action = f"**{md_prose(step['title'])}**: " if step.get("title") else ""
+            out.append(f"- {action}{md_prose(step['why'])}\n")
             if step["command"]:
                 out.append("\n" + "\n".join("  " + line for line in md_fence(step["command"], "sh").splitlines()) + "\n")
         out.append("\n")
     out.append("### 🐛 Describe the bug\n\n")
-    out.append(f"**Verdict:** {md_text(v['summary'])}\n\n")
+    out.append(f"**Verdict:** {md_prose(v['summary'])}\n\n")
     if v.get("hardware"):
         hw = v["hardware"]
-        out.append(f"**Hardware or software:** {md_text(hw['opinion'])} - {md_text(hw['basis'])}. "
-                   f"To settle it: {md_text(hw['settle'])}\n\n")
+        out.append(f"**Hardware or software:** {md_prose(hw['opinion'])} - {md_prose(hw['basis'])}. "
+                   f"To settle it: {md_prose(hw['settle'])}\n\n")
     origin = v["origin"]
     if origin:
         out.append(f"**Origin:** {md_code(origin['kernel'])} - confidence {origin['confidence']}"
-                   + (f" ({md_text('; '.join(origin['notes']))})" if origin["notes"] else "") + "\n\n")
+                   + (f" ({md_prose('; '.join(origin['notes']))})" if origin["notes"] else "") + "\n\n")
     elif v["error"] and v["error"]["sticky"]:
         out.append("**Origin:** unknown. The frames below only *reported* an earlier asynchronous fault "
                    f"({md_code(v['error']['name'])} is sticky); no device evidence names the kernel.\n\n")
     for note in v["notes"]:
-        out.append(f"> {md_text(note)}\n\n")
+        out.append(f"> {md_prose(note)}\n\n")
     out.append("#### Causal chain\n")
     chain = _chain(document)
     out.extend(f"{n}. {step}\n" for n, step in enumerate(chain[:MAX_CHAIN], 1))
@@ -158,10 +159,10 @@ def _chain(document: dict) -> list[str]:
     origin, faulting = v["origin"], v["faulting_process"]
     if origin:
         src = origin["evidence"][0]["source"] if origin["evidence"] else "no source"
-        steps.append(f"{md_code(origin['kernel'])} on {origin['who']}: {md_text(origin['fault'])} "
+        steps.append(f"{md_code(origin['kernel'])} on {origin['who']}: {md_prose(origin['fault'])} "
                      f"\\[{origin['confidence']} confidence; {md_code(src)}\\]")
     elif faulting:
-        steps.append(f"{faulting['who']} faulted on the device ({md_text(faulting['fault'])}); "
+        steps.append(f"{faulting['who']} faulted on the device ({md_prose(faulting['fault'])}); "
                      "no evidence names the kernel")
     elif v["error"] and v["error"]["sticky"]:
         steps.append("an earlier kernel faulted asynchronously (not named by any evidence)")
@@ -176,10 +177,10 @@ def _chain(document: dict) -> list[str]:
                      f"({md_text(s['how'])}) \\[{md_code(s['source'])}\\]")
     first = v["first_failure"]
     if first and not v["surfaces"] and not origin:
-        steps.append(f"first failure: {first['who']} - {md_text(first['basis'])}")
+        steps.append(f"first failure: {first['who']} - {md_prose(first['basis'])}")
     collateral = [r for r in document["ranks"] if r["status"] == "collateral"]
     for r in collateral[:16]:
-        steps.append(f"{md_text(r['who'])} went down as collateral: {md_text(r['failure'] or '')}")
+        steps.append(f"{md_text(r['who'])} went down as collateral: {md_prose(r['failure'] or '')}")
     if len(collateral) > 16:
         steps.append(f"... and {len(collateral) - 16} more collateral processes (the JSON report lists them)")
     return steps or ["no failure found in the inputs"]

@@ -25,8 +25,12 @@ def reported(event: Event) -> knowledge.CudaError | None:
 def tool_reported_errors(evidence: Evidence) -> list[Event]:
     """CUDA errors a debugging tool saw a host API call return (compute-sanitizer's
     API-error reports), for inputs that hold nothing from the program itself."""
-    return [e for e in evidence.of_kind(Kind.SANITIZER) if e.attrs.get("api") and reported(e) is not None
-            and e.severity >= Severity.ERROR and not e.attrs.get("earlier_run")]
+    seen = [e for e in evidence.of_kind(Kind.SANITIZER) if e.attrs.get("api") and reported(e) is not None
+            and not e.attrs.get("earlier_run")]
+    # the sticky ones first; an error that does not stick (NCCL's 209 while it starts)
+    # only when nothing else is reported
+    return [e for e in seen if e.severity >= Severity.ERROR] or \
+        [e for e in seen if e.severity >= Severity.WARNING]
 
 
 class ReportedError(Rule):
@@ -181,6 +185,19 @@ class SurfacePoints(Rule):
             # an unsigned report that names no place adds nothing beside the processes' own
             per_process = {key: s for key, s in per_process.items()
                            if not (isinstance(key, tuple) and key[0] == "input" and s.file is None)}
+        if not per_process and error is not None:
+            # the error is known only from compute-sanitizer's API-error report: the frame
+            # that made the failing call is where it surfaced
+            for event in tool_reported_errors(evidence)[:1]:
+                caller = event.attrs.get("api_caller")
+                if caller is not None:
+                    err = reported(event)
+                    per_process[("input", event.source)] = Surface(
+                        rank=event.rank, pid=event.pid, api=event.attrs.get("api"), file=caller.file,
+                        line=caller.line, function=caller.function, time=event.time, source=event.where,
+                        exception=event.message[:200], error_code=err.code if err else None,
+                        error_name=err.name if err else None, how="seen by compute-sanitizer (the API call failed)",
+                        site_kind="python" if caller.file else "native")
         surfaces = sorted(per_process.values(), key=lambda s: (s.time is None, s.time or 0, s.rank is None, s.rank or 0, s.source))
         # a surface that is only a file-less relay of the same process is dropped when a better one exists
         verdict.surfaces = tuple(surfaces)

@@ -115,8 +115,9 @@ class CollectiveHang(Rule):
     writes = ("hang",)
 
     def predicate(self, evidence: Evidence, verdict: VerdictView) -> bool:  # noqa: D102
-        return bool(hang_timeouts(evidence)) and not _own_failures(evidence) and \
-            not [d for d in _deaths(evidence) if not _timeout_death(d[0], _first_timeout(evidence))]
+        timeouts = hang_timeouts(evidence)
+        return bool(timeouts) and not _own_failures(evidence) and \
+            not [d for d in _deaths(evidence) if not _timeout_death(d[0], _first_timeout(evidence), bool(timeouts))]
 
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
         timeouts = hang_timeouts(evidence)
@@ -168,13 +169,16 @@ def _first_timeout_event(evidence: Evidence) -> Event | None:
     return first_timeout_event(evidence.of_kind(Kind.COLLECTIVE_TIMEOUT))
 
 
-def _timeout_death(event: Event, first_timeout=None) -> bool:
+def _timeout_death(event: Event, first_timeout=None, timeouts_seen: bool = False) -> bool:
     """A worker that aborted (SIGABRT: the watchdog takes the process down after a
     timeout), was stopped (SIGTERM) by its launcher, or was reported dead after the
-    collectives had already timed out: part of a hang, not a cause."""
+    collectives had already timed out; or one that exited with an error code while
+    collectives timed out (the timeout it raised): part of a hang, not a cause."""
     if first_timeout is not None and event.time is not None and event.time >= first_timeout:
         return True
     code = event.attrs.get("exit_code")
+    if timeouts_seen and isinstance(code, int) and 0 < code < 128:
+        return True
     return isinstance(code, int) and code in (-6, -15, 134, 143)
 
 
@@ -274,6 +278,8 @@ def _candidates(evidence: Evidence) -> list[Candidate]:
         if dead is not None and not crash_signal(e.attrs.get("exit_code")) and any(
                 o.seen in NOTICED and o.event.kind not in ANNOUNCEMENTS for o in dead.observations):
             continue            # it exited after noticing another's failure: a consequence
+        if dead is not None and dead.own_failure is not None and not crash_signal(e.attrs.get("exit_code")):
+            continue            # how its own failure ended (it raised, then exited 1)
         deaths.append(Candidate(e, pid, rank, words, dead.key if dead else None, dead.name if dead else None))
     return found + deaths
 
@@ -347,11 +353,18 @@ class FirstFailureRule(Rule):
             # a line no rank signed (a native library's stderr, the engine core relaying a
             # worker's native error): when a rank's own failure follows it closely, that
             # is the one to name
-            signed = [c for c in candidates if c.rank is not None]
+            # (a death another process reports names the rank only for an unsigned crash
+            # dump - how that death happened; beside an unsigned error it is how one of the
+            # failing processes ended, not which one failed first)
+            signed = [c for c in candidates if c.rank is not None and (
+                earliest.event.kind == Kind.FATAL_SIGNAL or c.event.kind not in (Kind.WORKER_DIED, Kind.CHILD_FAILED))]
             if signed:
                 best = min(signed, key=key)
                 if _close_after(earliest.event, best.event):
-                    if _same_time(earliest.event, best.event) and earliest.event.kind == best.event.kind and \
+                    # (both stamped: an unstamped line right above a rank's own report of the
+                    # same failure, in the same file, is that rank's)
+                    if earliest.event.time is not None and best.event.time is not None and \
+                            _same_time(earliest.event, best.event) and earliest.event.kind == best.event.kind and \
                             earliest.pid != best.pid and \
                             earliest.event.source == best.event.source and earliest.event.line < best.event.line:
                         unsigned_same_time = earliest
@@ -611,7 +624,8 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
     if error is None and event is not None and event.kind == Kind.XID and \
             knowledge.xid_catalogue().get(event.attrs.get("xid"), {}).get("hang"):
         return FailureKind.HANG         # the GPU stopped answering (a GSP or context-switch timeout)
-    if error is not None or (event is not None and event.kind in _DEVICE + (Kind.CUDA_ERROR,)):
+    if error is not None or (event is not None and (event.kind in _DEVICE or (
+            event.kind == Kind.CUDA_ERROR and _names_a_cuda_error(event)))):
         return FailureKind.CUDA_ERROR
     if env.get("phase") == "startup":
         # the program never started serving (whatever failed while it started)
@@ -643,6 +657,22 @@ def _timed_out_stories(evidence: Evidence) -> list[Story]:
 
 # messages.toml: reports that a process is stuck (its own watchdog, the engine waiting on
 # its workers), not that it timed out waiting for a peer in a collective
+CASCADE_S = 10.0    # a device fault this soon after another process's is taken as its consequence
+
+
+def _in_cascade(first: Event, then: Event) -> bool:
+    """Whether the fault ``then`` follows the origin's fault ``first`` as a cascade does
+    (Xid 13 on one GPU, Xid 31 on its peers in the same second); faults minutes or hours
+    apart are each their own.  By their times, else by the kernel's seconds since boot."""
+    if first.time is not None and then.time is not None:
+        gap = (then.time - first.time).total_seconds()
+    elif isinstance(first.attrs.get("uptime"), (int, float)) and isinstance(then.attrs.get("uptime"), (int, float)):
+        gap = then.attrs["uptime"] - first.attrs["uptime"]
+    else:
+        return False
+    return 0 <= gap <= CASCADE_S
+
+
 _STUCK_REPORTS = frozenset({"nccl-heartbeat", "vllm-shm-broadcast-wait", "vllm-engine-iteration-timeout",
                             "sglang-watchdog-timeout"})
 _OOM_ERRORS = frozenset({"CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation"})
@@ -712,7 +742,7 @@ class RankStatuses(Rule):
         deaths: dict[int, str] = {}
         rank_deaths: dict[int, str] = {}    # a launcher reports a rank dead without its pid (TGI "Shard 1 crashed")
         for e, pid, rank, words in _deaths(evidence):
-            if verdict.hang is not None and _timeout_death(e, _first_timeout(evidence)):
+            if verdict.hang is not None and _timeout_death(e, _first_timeout(evidence), True):
                 continue
             if pid is not None:
                 deaths.setdefault(pid, words)
@@ -721,10 +751,13 @@ class RankStatuses(Rule):
         first = verdict.first_failure
         out = []
         shutdown_seen = bool(evidence.of_kind(Kind.SHUTDOWN))
+        origin = origin_story(evidence.stories.stories, verdict.origin)
+        origin_fault = origin.first(Seen.DEVICE_FAULT) if origin is not None else None
         for story in evidence.stories.stories:
             rank_death = rank_deaths.get(story.rank) if story.role in (None, "worker") else None
             out.append(self._status(story, exit_codes, deaths, first, verdict.origin, verdict.hang, verdict,
-                                    shutdown_seen, rank_death))
+                                    shutdown_seen, rank_death,
+                                    origin_fault.event if origin_fault and origin is not story else None))
         out = self._went_down_with_the_job(evidence, verdict, out)
         verdict.ranks = tuple(out)
         for v in out:
@@ -737,7 +770,7 @@ class RankStatuses(Rule):
                             + " went down because another process failed.")
 
     def _status(self, story: Story, exit_codes, deaths, first, origin, hang, verdict, shutdown_seen: bool = False,
-                rank_death: str | None = None) -> RankVerdict:
+                rank_death: str | None = None, origin_fault: Event | None = None) -> RankVerdict:
         """The status of one process, from its story (docs/reasoning.md, "Statuses")."""
         own = _most_telling([o.event for o in story.all(*FIRST_HAND)])
         relays = [o.event for o in story.observations
@@ -762,6 +795,8 @@ class RankStatuses(Rule):
             return RankVerdict(status=Status.ORIGIN, first_error=clip(where.message, 200) if where else None,
                                first_error_source=where.where if where else None, failure=fault, **base)
         fault = story.first(Seen.DEVICE_FAULT)
+        if fault is not None and origin_fault is not None and _in_cascade(origin_fault, fault.event):
+            fault = None        # its GPU faulted right after the origin's: the cascade, not an origin
         if fault is not None:
             # device evidence of its own kernel faulting (an Xid naming its pid beside
             # another process's): each process whose own GPU work faulted is an origin

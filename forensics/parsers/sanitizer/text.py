@@ -6,6 +6,16 @@ collapsed into one finding with a count and the ranges of threads, blocks and
 addresses.  Only the first report of each group goes through the Lark parser; the
 others contribute their thread/block/address, read with the grammar's own terminal
 patterns, so memory and time stay flat in the number of repeats.
+
+The grammar reads each backtrace line into its parts: ``host_stack`` holds them as
+``events.Frame`` (the function as ``names`` shows it, the source file when printed, else
+the module), and an API error's ``api_caller`` is the frame that made the failing call
+(the innermost with a source location, else the innermost named one outside the
+runtime's launch path).  A report whose last line was cut (the end of a paste) is kept
+without that line and marked ``partial``; a marker that starts mid-line (after a log
+prefix or another tool's output) starts a report when a headline follows it.  An API
+error that does not stick is a warning (its caller may handle it), an entry-point lookup's
+failure is probing (info); a sticky one is an error.
 """
 
 from __future__ import annotations
@@ -13,25 +23,53 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from lark import Token, Transformer
 from lark.exceptions import LarkError
 
 from forensics import grammar, knowledge, names
-from forensics.events import Event, Kind, Severity, freeze
+from forensics.events import Event, Frame, Kind, Severity, freeze
 
 MARKER = "========="
 
 
 def is_sanitizer_line(text: str, seen: bool) -> bool:
     """A compute-sanitizer line: the marker and a space, or the bare marker once a report
-    is under way.  A line of more "=" (a launcher's separator, nvidia-smi's banner) is not."""
+    is under way.  A line of more "=" (a launcher's separator, nvidia-smi's banner) is not.
+    The marker may also start mid-line - after a log prefix or another tool's output on
+    the same line (pytest's test path) - when what follows it is a report's headline."""
     if text.startswith("========= "):
         return True
-    return seen and text.rstrip() == MARKER
+    if seen and text.rstrip() == MARKER:
+        return True
+    return _marker_inside(text) is not None
+
+
+def _marker_inside(text: str) -> int | None:
+    """Where a marker that starts a report's headline begins inside a line (after a
+    space, not inside a longer run of "="), else None."""
+    at = text.find(" " + MARKER + " ")
+    if at < 0 or (at > 0 and text[at - 1] == "="):
+        return None
+    payload = text[at + 1 + len(MARKER):].rstrip("\r\n") + "\n"
+    if any(_terminal(name).match(payload) for name in _HEADLINES):
+        return at + 1
+    return None
 TOOL_OF = {"access": "memcheck", "api_error": "memcheck", "warp_assert": "memcheck", "leak": "memcheck",
            "uninit": "initcheck", "barrier": "synccheck", "race": "racecheck", "hazard": "racecheck"}
 FINDING_KINDS = {"access", "uninit", "barrier", "warp_assert", "race", "hazard"}
+
+
+@dataclass(frozen=True)
+class ApiCall:
+    """An API error report's headline, read: the error, its code and text, the call."""
+
+    error: str                      # cudaErrorLaunchFailure / CUDA_ERROR_LAUNCH_FAILED
+    code: int | None
+    message: str
+    api: str
+    lookup: bool = False            # an entry-point lookup (cuGetProcAddress ...): probing
 
 
 @dataclass
@@ -49,6 +87,14 @@ class Report:
     details: list[str] = field(default_factory=list)
     frames: list[str] = field(default_factory=list)
     device_frames: list[str] = field(default_factory=list)   # before the host backtrace (Warp assert)
+    # the host frames read into their parts, index for index with ``frames``: the
+    # function as names shows it, the source file (else the module, else "<unknown>")
+    stack: list[Frame] = field(default_factory=list)
+    device_stack: list[Frame] = field(default_factory=list)
+    symbols: list[str] = field(default_factory=list)         # each host frame's function as printed
+    device_symbols: list[str] = field(default_factory=list)  # each device frame's function as printed
+    partial: bool = False           # its last line was cut off (and left out)
+    api_call: ApiCall | None = None  # an api_error report's headline, read
 
 
 @dataclass
@@ -89,9 +135,13 @@ class _ToReport(Transformer):
             if isinstance(item, tuple):
                 key, value = item
                 if key == "frames":
-                    report.frames.extend(value)
+                    report.frames.extend(f.text for f in value)
+                    report.stack.extend(f.frame for f in value)
+                    report.symbols.extend(f.symbol for f in value)
                 elif key == "device_frames":
-                    report.device_frames.extend(value)
+                    report.device_frames.extend(f.text for f in value)
+                    report.device_stack.extend(f.frame for f in value)
+                    report.device_symbols.extend(f.symbol for f in value)
                 elif key == "by":
                     report.thread, report.block = value
                 elif key == "address":
@@ -104,10 +154,20 @@ class _ToReport(Transformer):
 
     def __default__(self, data, children, meta):
         data = str(data)
-        if data in ("access", "uninit", "barrier", "warp_assert", "api_error", "race", "hazard",
+        if data in ("access", "uninit", "barrier", "warp_assert", "race", "hazard",
                     "leak", "summary", "session", "other"):
             return self._report(data, children)
         return super().__default__(data, children, meta)
+
+    def api_error(self, items):
+        t = {i.type: str(i) for i in items if isinstance(i, Token) and i.type != "PROGRAM_HIT"}
+        api = t.get("LOOKUP_API") or t.get("HIT_API")
+        headline = (f'Program hit {t["HIT_ERROR"]} (error {t["HIT_CODE"]}) due to "{t.get("HIT_MESSAGE", "")}" '
+                    f"on CUDA API call to {api}.")
+        report = self._report("api_error", [headline] + [i for i in items if not isinstance(i, Token)])
+        report.api_call = ApiCall(t["HIT_ERROR"], knowledge.claimed_int(t["HIT_CODE"]), t.get("HIT_MESSAGE", ""),
+                                  api, lookup="LOOKUP_API" in t)
+        return report
 
     def at_line(self, items):
         return ("at", str(items[0]).strip()[3:])
@@ -122,17 +182,62 @@ class _ToReport(Transformer):
         return ("nearest", str(items[0]).strip())
 
     def backtrace(self, items):
-        # the frames only: the "Saved host backtrace ..." line is a Token (a str too)
-        return ("frames", [f for f in items if isinstance(f, str) and not isinstance(f, Token)])
+        # the frames only: the "Saved host backtrace ..." line is a Token
+        return ("frames", [f for f in items if isinstance(f, PrintedFrame)])
 
     def device_frames(self, items):
         return ("device_frames", list(items))
 
-    def frame(self, items):
-        text = str(items[0]).strip()
-        if len(items) > 1:
-            text += " " + str(items[1]).strip()
-        return text.replace("Host Frame:", "").replace("Device Frame:", "device:").strip()
+    def host_body(self, items):
+        return _tokens(items)
+
+    def device_body(self, items):
+        return _tokens(items)
+
+    def frame_cont(self, items):
+        return ("cont", _tokens(items).get("F_MODULE", ""))
+
+    def host_frame(self, items):
+        body = next((i for i in items if isinstance(i, dict)), {})
+        cont = next((i[1] for i in items if isinstance(i, tuple) and i[0] == "cont"), None)
+        func, addr = body.get("F_FUNC"), body.get("F_ADDR")
+        module = body.get("F_MODULE") or cont or None
+        file, line = body.get("F_FILE"), body.get("F_LINE")
+        if "F_OLD_MODULE" in body:               # CUDA-MEMCHECK: "module (func + 0xoff) [0xaddr]"
+            module, func = body["F_OLD_MODULE"], body.get("F_OLD_FUNC")
+            text = f"{module} ({func} + {body.get('F_OFFSET')}) {addr}" if func else f"{module} {addr}"
+        else:
+            text = " ".join(part for part in (func, f"in {file}:{line}" if file else None, addr,
+                                              f"in {module}" if module else None) if part)
+        return PrintedFrame(text, _frame(func, file, line, module), func or "")
+
+    def device_frame(self, items):
+        body = next((i for i in items if isinstance(i, dict)), {})
+        func, file, line = body.get("F_DFUNC"), body.get("F_FILE"), body.get("F_LINE")
+        pc = body.get("F_PC") or (f"+{body['F_OFFSET']}" if body.get("F_OFFSET") else "")
+        text = "device:" + (func or "") + pc + (f" in {file}:{line}" if file else "")
+        return PrintedFrame(text, _frame(func, file, line, None), func or "")
+
+
+class PrintedFrame(NamedTuple):
+    """A backtrace line: as the report shows it (without "Host Frame:"), and read."""
+
+    text: str
+    frame: Frame
+    symbol: str                 # the function as printed (signature, template arguments)
+
+
+def _tokens(items) -> dict[str, str]:
+    return {t.type: str(t).strip() for t in items if isinstance(t, Token)}
+
+
+_PLACEHOLDERS = frozenset({"", "?", "??", "???", "unknown", "<unknown>"})
+
+
+def _frame(func: str | None, file: str | None, line: str | None, module: str | None) -> Frame:
+    function = names.plain(func) if func else None
+    function = None if function in _PLACEHOLDERS else function
+    return Frame(file or module or "<unknown>", knowledge.claimed_int(line) if file and line else None, function)
 
 
 @functools.lru_cache(maxsize=None)
@@ -183,6 +288,8 @@ class SanitizerAssembler:
         self.noise_lines = 0       # bare markers and the session header block
 
     def feed(self, lineno: int, line: str) -> None:
+        if not line.startswith(MARKER):
+            line = line[_marker_inside(line) or 0:]     # the text before a mid-line marker
         payload = line[len(MARKER):]
         if not payload.strip():
             self.noise_lines += 1
@@ -250,6 +357,16 @@ class SanitizerAssembler:
             self.report_lines += len(lines)
             return
         report = parse_report(lines)
+        if report is None and len(lines) > 1:
+            # the last line cut mid-way (a paste, a log that ends mid-write): the report
+            # before it is kept, marked partial, and the cut line counted as unparsed
+            report = parse_report(lines[:-1])
+            if report is not None:
+                report.partial = True
+                self.unparsed.append((linenos[-1], lines[-1]))
+                self.problems.append(f"line {linenos[-1]}: a compute-sanitizer report cut mid-line; "
+                                     "the report before the cut line is used")
+                lines, linenos = lines[:-1], linenos[:-1]
         if report is None:
             self.unparsed.extend(zip(linenos, lines))
             return
@@ -322,11 +439,18 @@ def _continues(current: list[str], payload: str) -> bool:
 def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pids: list[int]) -> Event:
     r = finding.first
     attrs: dict = {"report": r.kind, "tool": TOOL_OF.get(r.kind, "compute-sanitizer"), "count": finding.count,
-                   "fault": r.headline, "processes_in_log": pids, "first_lines": finding.lines}
+                   "fault": r.headline, "processes_in_log": pids, "first_lines": finding.lines,
+                   "partial": r.partial or None}
     if r.at:
         kernel_sig, pc, location = _split_at(r.at)
         attrs.update(kernel_signature=kernel_sig, kernel=_plain_kernel(kernel_sig), pc_offset=pc,
                      kernel_source=location)
+        outermost = next((f for f in reversed(r.device_stack) if f.function), None)
+        if r.kind == "access" and outermost is not None and outermost.function != attrs["kernel"]:
+            # the fault's PC is in a device function; the device frames are its callers,
+            # the outermost shown is the launched kernel (or the nearest caller shown)
+            attrs.update(device_function=attrs["kernel"], kernel=outermost.function,
+                         kernel_signature=r.device_symbols[r.device_stack.index(outermost)])
     if r.kind == "hazard" and r.details:
         site = r.details[0].split(" at ", 1)[1] if " at " in r.details[0] else ""
         kernel_sig, pc, location = _split_at(site)
@@ -359,21 +483,31 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
         attrs["device_frames"] = r.device_frames[:40]
     if r.frames:
         attrs["host_frames"] = r.frames[:40]
+        attrs["host_stack"] = tuple(r.stack[:40])
         # the innermost frame with a source location: where the kernel was launched from
-        sites = (f.split(" [")[0] for f in r.frames if re.search(r" in \S+:\d+", f)
-                 and not _LAUNCH_PLUMBING.search(f) and f.split(" in ")[0] != attrs.get("kernel"))
-        attrs["launch_site"] = next(sites, None)
-    if r.kind == "api_error":
-        m = re.search(r"Program hit (\w+) \(error (\d+)\) due to \"([^\"]*)\" on CUDA API call to (\w+)", r.headline)
-        if m:
-            found = knowledge.find_cuda_error(m.group(1))
-            err = found.error if found else knowledge.lookup_error(m.group(2))
-            attrs.update(api=m.group(4), error_name=m.group(1), error_code=knowledge.claimed_int(m.group(2)))
-            if err:
-                attrs["cuda_error"] = err
+        # (for an API error: the code that made the call)
+        sited = [(text, frame, symbol) for text, frame, symbol in zip(r.frames, r.stack, r.symbols)
+                 if frame.line is not None and not _LAUNCH_PLUMBING.search(text)
+                 and frame.function != attrs.get("kernel")]
+        attrs["launch_site"] = f"{sited[0][2]} in {sited[0][1].file}:{sited[0][1].line}" if sited else None
+        if r.kind == "api_error":
+            named = [frame for text, frame in zip(r.frames, r.stack) if frame.function
+                     and not _LAUNCH_PLUMBING.search(text)]
+            attrs["api_caller"] = sited[0][1] if sited else (named[0] if named else None)
+    call = r.api_call
+    if call is not None:
+        found = knowledge.find_cuda_error(call.error)
+        err = found.error if found else knowledge.lookup_error(str(call.code))
+        attrs.update(api=call.api, error_name=call.error, error_code=call.code)
+        if err:
+            attrs["cuda_error"] = err
     severity = Severity.ERROR
-    if r.kind == "api_error" and attrs.get("cuda_error") is not None and not attrs["cuda_error"].sticky:
-        severity = Severity.INFO    # e.g. cuGetProcAddress probing: benign noise
+    if call is not None and attrs.get("cuda_error") is not None and not attrs["cuda_error"].sticky:
+        # an entry-point lookup answering "not there" is probing, not a fault; another call
+        # failing with an error that does not stick may be one its caller handles (NCCL
+        # asks for each kernel's attributes, and a build without this GPU's code answers
+        # 209 for the kernels it will not use): noted, not the program's failure by itself
+        severity = Severity.INFO if call.lookup else Severity.WARNING
     if r.kind in ("other", "leak"):
         severity = Severity.WARNING
     count = f" (x{finding.count})" if finding.count > 1 else ""

@@ -8,8 +8,10 @@ from __future__ import annotations
 import os
 import xml.etree.ElementTree as ET
 
+from forensics import names
+from forensics.events import Frame
 from forensics.parsers.base import ParsedSource
-from forensics.parsers.sanitizer.text import Finding, Report, _finding_event
+from forensics.parsers.sanitizer.text import _PLACEHOLDERS, ApiCall, Finding, Report, _finding_event, _terminal
 from forensics.inputs.sources import Source
 from forensics.knowledge import claimed_int
 
@@ -60,16 +62,37 @@ def record_to_report(record) -> Report:
             at += f" in {os.path.basename(_text(where, 'path'))}:{_text(where, 'line', '0')}"
     report = Report(kind=report_kind, headline=headline, at=at,
                     thread=_xyz(record, "who/threadIdx"), block=_xyz(record, "who/blockIdx"))
+    if report_kind == "api_error":
+        api = _text(what, "api", "")
+        code = _text(what, "result", "")
+        report.api_call = ApiCall(_text(what, "error", ""), claimed_int(code) if code.isdigit() else None,
+                                  _text(what, "message", ""), api,
+                                  lookup=bool(_terminal("LOOKUP_API").fullmatch(api)))
     if what is not None and _text(what, "address"):
         report.address = _text(what, "address")
         report.address_note = f"is {_text(what, 'error')}" if _text(what, "error") else None
     for frame in record.iterfind("deviceStack/frame"):
         report.device_frames.append(f"device: {_text(frame, 'func', '?')}+{_text(frame, 'pc', '0x0')}")
+        report.device_stack.append(_frame(frame))
+        report.device_symbols.append(_text(frame, "func", ""))
     for frame in record.iterfind("hostStack/frame"):
         func = _text(frame, "func", "")
         loc = f" in {os.path.basename(_text(frame, 'path'))}:{_text(frame, 'line')}" if _text(frame, "path") else ""
         report.frames.append(f"{func}{loc} [{_text(frame, 'pc', '')}] in {os.path.basename(_text(frame, 'module', ''))}".strip())
+        report.stack.append(_frame(frame))
+        report.symbols.append(func)
     return report
+
+
+def _frame(frame) -> Frame:
+    """A <frame> read as the text form reads a frame line (events.Frame: the function as
+    names shows it, the source file, else the module)."""
+    func = _text(frame, "func", "")
+    path, module = _text(frame, "path"), _text(frame, "module")
+    line = _text(frame, "line") if path else None
+    return Frame(os.path.basename(path or module or "") or "<unknown>",
+                 claimed_int(line) if line and line.isdigit() else None,
+                 (names.plain(func) or None) if func and func not in _PLACEHOLDERS else None)
 
 
 def _site(node) -> str:

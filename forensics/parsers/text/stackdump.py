@@ -2,7 +2,12 @@
 `py-spy dump` (hangs).  Grammars: grammars/python_faulthandler.lark, grammars/py_spy.lark.
 
 Both are written straight to a file descriptor, so a block runs from its first line for
-as long as lines keep the block's shape.
+as long as lines keep the block's shape.  A dump whose last line was cut (a paste, a log
+that ends mid-write) keeps what came before it: only the cut line is left out.
+
+The crash frame of a faulthandler dump is read from the crashing thread's stack only
+(``Current thread 0x...``, or the single ``Stack`` of a build without threads): another
+thread's stack says what that thread was doing, not where the process died.
 """
 
 from __future__ import annotations
@@ -17,7 +22,10 @@ from forensics.events import Frame, Kind, Severity
 from forensics.knowledge import claimed_int
 from forensics.parsers.text.block import BlockResult, unparsable
 
-FAULTHANDLER_START = re.compile(r"(?:Fatal Python error: |Windows fatal exception: |Timeout \([\d:.]+\)!$)")
+# a frame line of faulthandler's own shape (no comma before "in", unlike a traceback's)
+# starts a fragment: the tail of a dump whose head is not in the input
+FAULTHANDLER_START = re.compile(r'(?:Fatal Python error: |Windows fatal exception: |Timeout \([\d:.]+\)!$'
+                                r'|[ ]+File "[^"\n]+", line \d+ in )')
 FAULTHANDLER_CONTINUES = re.compile(r'(?:Thread 0x|Current thread 0x|Stack \(most recent call first\):|\s+File "|\s+<no Python frame>|\s+\.\.\.$|Extension modules: |\s*$)')
 PYSPY_START = re.compile(r"Process \d+: \S")
 PYSPY_CONTINUES = re.compile(r"(?:Python v|Parent Process \d+|Thread (?:\d+|0x[0-9A-Fa-f]+) \(|    |\s*$)")
@@ -29,6 +37,11 @@ class _Faulthandler(Transformer):
         head = next((i for i in items if isinstance(i, tuple) and i[0] in ("fatal", "timeout")), None)
         threads = [i for i in items if isinstance(i, dict)]
         return head, threads
+
+    def fragment(self, *items):
+        frames = tuple(i for i in items if isinstance(i, Frame))
+        threads = [i for i in items if isinstance(i, dict)]
+        return ("fragment", frames), threads
 
     def fatal(self, what):
         return ("fatal", str(what).strip())
@@ -97,19 +110,32 @@ class DumpBlock:
         return True
 
     def close(self, make) -> BlockResult:
-        text = "".join(line.rstrip() + "\n" for line in self.lines if line.strip())
         pairs = [(n, t) for n, t in zip(self.linenos, self.lines) if t.strip()]
         blank = [n for n, t in zip(self.linenos, self.lines) if not t.strip()]
+        event = self._parse([t for _, t in pairs], make, cut=False)
+        if event is None and len(pairs) > 1:
+            # the last line cut mid-token (a paste, a log that ends mid-write): the dump
+            # before it is kept, the cut line counted as unparsed
+            event = self._parse([t for _, t in pairs[:-1]], make, cut=True)
+            if event is not None:
+                lineno = pairs[-1][0]
+                return BlockResult([event], [n for n, _ in pairs[:-1]] + blank, [pairs[-1]],
+                                   [f"line {lineno}: a {self.format} dump cut mid-line; the dump before "
+                                    "the cut line is used"])
+        if event is None:
+            return unparsable(self.linenos, self.lines, f"a {self.format} dump")
+        return BlockResult([event], [n for n, _ in pairs] + blank)
+
+    def _parse(self, lines: list[str], make, cut: bool):
+        text = "".join(line.rstrip() + "\n" for line in lines)
         try:
             if self.format == "faulthandler":
                 head, threads = grammar.transforming("python_faulthandler", _Faulthandler()).parse(text)
-                event = _faulthandler_event(head, threads, make)
-            else:
-                process, threads = grammar.transforming("py_spy", _PySpy()).parse(text)
-                event = _pyspy_event(process, threads, make)
+                return _faulthandler_event(head, threads, make, cut)
+            process, threads = grammar.transforming("py_spy", _PySpy()).parse(text)
+            return _pyspy_event(process, threads, make, cut)
         except (LarkError, ValueError, TypeError, StopIteration):
-            return unparsable(self.linenos, self.lines, f"a {self.format} dump")
-        return BlockResult([event], [n for n, _ in pairs] + blank)
+            return None
 
 
 def start(text: str, header: tuple | None = None) -> DumpBlock | None:
@@ -128,16 +154,23 @@ def _innermost_own(frames: tuple[Frame, ...]) -> Frame:
     return frames[0]
 
 
-def _faulthandler_event(head, threads, make):
+def _faulthandler_event(head, threads, make, cut: bool = False):
     kind_of_head, what = head if head else ("fatal", "")
-    current = next((t for t in threads if t["current"]), threads[0] if threads else None)
+    if kind_of_head == "fragment":
+        # frames without the dump's head: what a thread was doing, in a process the
+        # input does not show crash (a paste that starts inside a dump)
+        return make(Kind.LOG, f"faulthandler dump fragment ({len(what)} frames; its head is not in the input)",
+                    Severity.INFO, {"tool": "faulthandler", "fragment_frames": what, "threads": threads,
+                                    "cut": cut or None})
+    # only the crashing thread's stack says where it died: no other thread stands in
+    current = next((t for t in threads if t["current"]), None)
     where = ""
     top = None
     if current and current["frames"]:
         top = _innermost_own(current["frames"])
         where = f" in {top.function} ({top.file}:{top.line})"
     attrs = {"threads": threads, "tool": "faulthandler", "current_thread": current,
-             "crash_frame": top}
+             "crash_frame": top, "cut": cut or None}
     if kind_of_head == "timeout":
         return make(Kind.STACK_DUMP, f"faulthandler stack dump after a {what} timeout{where}",
                     Severity.WARNING, {**attrs, "timeout": what})
@@ -154,9 +187,10 @@ def _signal_of(text: str) -> str | None:
     return next((name for words, name in _SIGNALS.items() if text.startswith(words)), None)
 
 
-def _pyspy_event(process, threads, make):
+def _pyspy_event(process, threads, make, cut: bool = False):
     pid, command = process
     main = threads[0] if threads else None
     top = f" - {main['thread']} in {main['frames'][0].function}" if main and main["frames"] else ""
     return make(Kind.STACK_DUMP, f"py-spy dump of pid {pid}{top}", Severity.INFO,
-                {"command": command, "threads": threads, "tool": "py-spy", "subject_pid": pid})
+                {"command": command, "threads": threads, "tool": "py-spy", "subject_pid": pid,
+                 "cut": cut or None})

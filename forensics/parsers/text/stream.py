@@ -354,9 +354,11 @@ class _Run:
             self._escaped_traceback(line, rec, text)
         # NCCL's header carries its level ("host:pid:tid [dev] file:line NCCL WARN"): the
         # catalogue reads NCCL's errors by that marker, so the message is read with it
-        read_as = f"NCCL WARN {text}" if rec.format == "nccl" and rec.level and \
-            Severity.from_level(rec.level) >= Severity.WARNING else text
-        decided = classify.message_kind(read_as, rec.level) if text else None
+        decided = classify.message_kind(text, rec.level) if text else None
+        if decided is None and text and rec.format == "nccl" and rec.level and \
+                Severity.from_level(rec.level) >= Severity.WARNING:
+            # a WARN the catalogue has no entry of its own for: NCCL's error, as its marker says
+            decided = classify.message_kind(f"NCCL WARN {text}", rec.level)
         cut = _cut_cuda_message(text) if text and "CUDA error: " in text else None
         if decided is not None:
             kind, severity, attrs, traffic = decided

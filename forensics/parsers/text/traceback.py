@@ -13,6 +13,8 @@ multi-line exception message.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 from dataclasses import dataclass, field
 
@@ -56,6 +58,14 @@ def starts_block(text: str) -> str | None:
 _CONTINUATIONS: tuple[str, ...] | None = None
 
 
+@functools.lru_cache(maxsize=None)
+def _other_starters() -> tuple:
+    """The start() of every other block format (data/formats.toml), in registry order."""
+    from forensics.parsers import registry
+    readers = dict.fromkeys(f.reader for f in registry.formats_of_kind("block") if f.reader != __name__)
+    return tuple(importlib.import_module(reader).start for reader in readers)
+
+
 def _continuations() -> tuple[str, ...]:
     global _CONTINUATIONS
     if _CONTINUATIONS is None:
@@ -76,6 +86,7 @@ class TracebackBlock:
     after_chain: bool = False       # just saw a chain marker: the next traceback belongs here
     quoting: bool = False           # the message quotes another process's traceback (raw lines follow)
     flat_frame: bool = False        # the last line was a frame line at column 0 (indentation lost)
+    has_frames: bool = False        # the traceback in progress has shown a frame line
     overflow: int = 0               # lines past MAX_BLOCK_LINES, counted not kept
     overflow_linenos: list[int] = field(default_factory=list)
     format = "python-traceback"
@@ -104,6 +115,8 @@ class TracebackBlock:
     def _belongs(self, text: str, header: tuple | None) -> bool:
         if header != self.header and not (self.follow_raw and header is None):
             return False      # another record (or raw stderr after a logged record) ends the block
+        if not self.in_message and not self.quoting and self._starts_another(text):
+            return False      # a new traceback, or another block (a crash banner, a dump) begins
         stripped = text.strip()
         if not self.in_message:
             if self.started_by == "exception":
@@ -127,6 +140,19 @@ class TracebackBlock:
             return True       # a blank line inside/after a message; harmless when trailing
         return stripped.startswith(_continuations())
 
+    def _starts_another(self, text: str) -> bool:
+        """Before the exception line: whether this line begins something else - a new
+        traceback where this one has shown frames (this one was cut), or another block
+        format (a native crash banner, a faulthandler dump, a warning ...).  Frame and code
+        lines are indented: only a line at column 0 can start another block.  (After the
+        exception line, a raw line stays only as a known continuation of the message -
+        c10's "frame #N:" lines are part of it.)"""
+        if not text[:1] or text[0].isspace():
+            return False
+        if text.startswith(TB_HEADER) or text.startswith(UNRAISABLE):
+            return not self.after_chain and self.has_frames
+        return any(start(text, None) is not None for start in _other_starters())
+
     def _advance(self, text: str) -> None:
         stripped = text.strip()
         if stripped in CHAIN_MARKERS:
@@ -136,11 +162,15 @@ class TracebackBlock:
         if stripped.startswith(TB_HEADER):
             self.after_chain = False
             self.in_message = False
+            self.has_frames = False
             # a block started at a lone exception line that goes on to a (quoted) traceback
             # reads that traceback's frames like any other
             self.started_by = "header"
             return
-        if self.in_message or not stripped or text.startswith(UNRAISABLE) or FRAME.match(text):
+        if FRAME.match(text):
+            self.has_frames = True
+            return
+        if self.in_message or not stripped or text.startswith(UNRAISABLE):
             return
         if not text[0].isspace():
             self.in_message = True   # the exception line "Type: message"
