@@ -142,6 +142,8 @@ class ProcessTable:
         self._stream_sources: set[str] = set()
         self._inferior = False          # the one input is a debugger's transcript
         self._follows: dict[tuple[str, int], str] = {}   # (source, line) of a report's unprefixed lines -> its writer
+        self._sole: str | None = None   # the one process the inputs name, when they name one (see _settle_sole_process)
+        self._unprefixed: set[str] = set()  # files no line of which names its process
 
     # -- learning ------------------------------------------------------------------
 
@@ -159,7 +161,19 @@ class ProcessTable:
         table._settle_v0_engine(events)
         table._join_ranks()
         table._join_same_failure(events)
+        table._settle_sole_process(events)
         return table
+
+    def _settle_sole_process(self, events: list[Event]) -> None:
+        """Inputs that name one process only, by lines of its own (a program's console
+        beside compute-sanitizer's log of it, which gives its pid): the program's
+        unsigned lines are that process's - there is no other one they could be.  Not a
+        process known only from another's report of it (a launcher's record of its
+        child): the unsigned lines are then the reporter's."""
+        known = self.processes()
+        if len(known) == 1 and known[0].pid is not None and \
+                any(e.pid in known[0].pids and not e.attrs.get("subject_pid") for e in events):
+            self._sole = known[0].key
 
     def _settle_v0_engine(self, events: list[Event]) -> None:
         """The V0 engine process is rank 0 only when the run has other ranks (a TP size
@@ -208,6 +222,7 @@ class ProcessTable:
         self._inferior = len(per_file) == 1 and any(f["debugger"] for f in per_file.values())
         for facts in per_file.values():
             facts["program"] = facts["program"] or (self._inferior and facts["debugger"])
+        self._unprefixed = {source for source, facts in per_file.items() if not facts["prefixed"]}
         for source, facts in per_file.items():
             if facts["prefixed"]:
                 continue
@@ -272,6 +287,9 @@ class ProcessTable:
             # a program that tags its children's records and not its main process's (SGLang):
             # an untagged record is the main process's
             return STREAM + event.source
+        if follows is None and self._sole is not None and event.source in self._unprefixed and \
+                _programs_line(event, self._inferior):
+            return self._sole           # (a file with prefixes: its unprefixed lines are another writer's)
         return follows
 
     def _info(self, key: str) -> ProcessInfo:

@@ -154,3 +154,30 @@ def test_show_picks_sections_by_name_and_refuses_unknown_ones():
     assert "Next steps" not in shown and "Incident checklist" not in shown
     refused = CliRunner().invoke(main, ["analyze", sample, "--show", "timeline,nope"])
     assert refused.exit_code == 2 and "nope: not a section" in refused.output
+
+
+DEFAULTS_AS_FACTS = ("none printed", "=?", " ?,", "TP=?", "PP=?", "logs of 0 of", "rank None",
+                     "pid None", "Surface an unidentified process", "surfaced on an unidentified process")
+
+
+@pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_no_report_cites_a_section_it_lacks_or_shows_a_default_as_a_fact(path):
+    case = case_of(path)
+    document = build(case)
+    for fmt in ("terminal", "markdown"):
+        text = _squash(rendered(case, fmt) if fmt == "markdown" else
+                       _full(case))
+        if "see known issues" in text or "possible known issue" in text:
+            assert document["known_issues"], fmt
+        if "see next steps" in text:
+            assert document["next_actions"], fmt
+        for default in DEFAULTS_AS_FACTS:
+            assert default not in text, (fmt, default)
+    for item in document["checklist"]:
+        assert "?" not in item["finding"].replace("?)", ""), item
+
+
+def _full(case) -> str:
+    out = io.StringIO()
+    render(build(case), "terminal", out, Options(width=120, color=False, redact=False, full=True))
+    return out.getvalue()

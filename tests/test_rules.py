@@ -1013,10 +1013,25 @@ def test_checklist_answers_from_the_environment_and_the_ranks():
 
 @covers(Checklist)
 def test_checklist_says_unknown_when_the_inputs_cannot_tell():
-    _, draft = apply(Checklist, evidence_of([]), environment={}, environment_sources={})
+    _, draft = apply(Checklist, evidence_of([]), environment={"vllm": "0.9.1"}, environment_sources={})
     items = draft.values["checklist"]
-    assert len(items) == 9 and all(c.status == Check.UNKNOWN for c in items)
-    assert all(c.finding for c in items)
+    assert len(items) == 8 and all(c.status == Check.UNKNOWN for c in items)
+    assert all(c.finding and "not in the inputs" in c.finding for c in items)
+    assert not any(default in c.finding for c in items for default in ("?", "none printed", "not printed"))
+
+
+@covers(Checklist)
+def test_checklist_asks_only_what_the_inputs_can_answer():
+    """A plain script's paste (no engine, one process): no vLLM checks, no ranks' check,
+    no client's."""
+    _, draft = apply(Checklist, evidence_of([]), environment={"torch": "2.9.0"}, environment_sources={})
+    checks = [c.check for c in draft.values["checklist"]]
+    assert checks == ["versions (torch, CUDA, driver)"]
+    _, draft = apply(Checklist, evidence_of([]), environment={"sglang": "0.5.2", "tensor_parallel_size": 2},
+                     environment_sources={})
+    checks = [c.check for c in draft.values["checklist"]]
+    assert "all-reduce backend" not in checks and "GPU model and parallel topology" in checks
+    assert "every rank went down at the same point" in checks and "what the client saw" in checks
 
 
 # --- Headline ------------------------------------------------------------------------------

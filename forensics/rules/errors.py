@@ -174,6 +174,9 @@ class SurfacePoints(Rule):
                 info = evidence.processes.info_of(event)     # a paste's main process, by its name
                 if info is not None and info.name:
                     surface = dataclasses.replace(surface, name=info.name)
+                elif info is None:
+                    # no process signed it: named by the input it is in, not "an unidentified process"
+                    surface = dataclasses.replace(surface, name=f"the process writing {event.source.rsplit('/', 1)[-1]}")
             # one process: its pid, else its rank, else (a paste of one process) the input
             key = event.pid if event.pid is not None else (
                 ("rank", event.rank) if event.rank is not None else ("input", event.source))
