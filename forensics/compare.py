@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass
 from typing import TextIO
 
+from forensics import names
+from forensics.rules.advice import SIGNATURE_VERSION as SIGNATURE_PREFIX
 from forensics.case import Case, analyze
 from forensics.inert import md_code, md_text, plain
 from forensics.inputs.sources import display_name
@@ -42,6 +44,13 @@ class Run:
         return short_name(self.name)
 
 
+def _software(run: Run) -> bool:
+    """Whether a run's own verdict puts its fault on the software (a kernel named, an
+    application-class Xid)."""
+    hardware = run.case.verdict.hardware
+    return run.case.verdict.origin is not None or (hardware is not None and hardware.opinion == "software")
+
+
 def short_name(name: str) -> str:
     """A run's last path component, as shown (forensics.inert.name)."""
     return display_name(name.rstrip("/").rsplit("/", 1)[-1])
@@ -52,11 +61,37 @@ class Comparison:
     runs: list[Run]
 
     def groups(self) -> list[tuple[str | None, list[Run]]]:
-        """Runs grouped by signature, biggest group first (ties: order of appearance)."""
-        order: dict = {}
-        for run in self.runs:
-            order.setdefault(run.signature, []).append(run)
-        return sorted(order.items(), key=lambda item: -len(item[1]))
+        """Runs of one bug together, biggest group first (ties: order of appearance): runs
+        that share a signature, or its surface-site key (a run under compute-sanitizer
+        named the kernel, a rerun without it only the call that surfaced it - the same
+        fault class at the same site joins them).  A group is named by the signature of
+        its first run that named a kernel, else its first run's."""
+        parent = list(range(len(self.runs)))
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        first_by_key: dict = {}
+        for i, run in enumerate(self.runs):
+            keys = [("sig", run.signature)] + ([("site", run.case.verdict.signature_site)]
+                                               if run.signature and run.case.verdict.signature_site else [])
+            for key in keys:
+                if key in first_by_key:
+                    parent[root(i)] = root(first_by_key[key])
+                else:
+                    first_by_key[key] = i
+        members: dict[int, list[Run]] = {}
+        for i, run in enumerate(self.runs):
+            members.setdefault(root(i), []).append(run)
+        named = []
+        for runs in members.values():
+            with_kernel = next((r for r in runs if r.case.verdict.origin is not None
+                                and names.is_named(r.case.verdict.origin.kernel)), runs[0])
+            named.append((with_kernel.signature, runs))
+        return sorted(named, key=lambda item: -len(item[1]))
 
     def differing_environment(self) -> dict[str, list]:
         out = {}
@@ -76,22 +111,35 @@ class Comparison:
         return found or ({f"GPU serial {serial}"} if serial and run.signature else set())
 
     def hardware(self) -> list[str]:
-        """Does the fault follow a device or a kernel?  The same GPU in failing runs with
-        different signatures points at the device; one signature on several GPUs points at
-        the software."""
+        """Does the fault follow a device or a kernel?  The same GPU in failing runs of
+        different bugs points at the device - unless every run's fault is the software's
+        own (a kernel a tool named, an application-class Xid, each run's verdict saying
+        software), and never when every run used that one device: then the device cannot
+        be told from the workload.  One bug on several GPUs points at the software."""
         failing = [r for r in self.runs if r.signature]
         lines = []
         by_device: dict[str, list[Run]] = {}
         for run in failing:
             for device in self.devices(run):
                 by_device.setdefault(device, []).append(run)
+        group_of = {id(r): n for n, (_, runs) in enumerate(self.groups()) for r in runs}
         for device, runs in sorted(by_device.items()):
-            if len(runs) >= 2:
-                signatures = {r.signature for r in runs}
-                lines.append(f"{device} faulted in {len(runs)} runs ({', '.join(r.short for r in runs)})"
-                             + (" with different signatures: the fault follows the device (hardware suspected; "
-                                "dcgmi diag -r 3, nvidia-smi -q -d ECC,ROW_REMAPPER)" if len(signatures) > 1 else
-                                " with the same signature"))
+            if len(runs) < 2:
+                continue
+            bugs = {group_of[id(r)] for r in runs}
+            seen = f"{device} faulted in {len(runs)} runs ({', '.join(r.short for r in runs)})"
+            if len(bugs) == 1:
+                lines.append(seen + (" with the same bug, which every run's verdict puts on the software"
+                                     if all(_software(r) for r in runs) else " with the same bug"))
+            elif len(by_device) == 1:
+                lines.append(seen + " with different bugs; every run used this one GPU, so the device cannot be "
+                                    "told from the workload")
+            elif all(_software(r) for r in runs):
+                lines.append(seen + " with different bugs, each a fault of the software's own (a named kernel or an "
+                                    "application-class Xid): no hardware suspicion")
+            else:
+                lines.append(seen + " with different bugs: the fault follows the device (hardware suspected; "
+                                    "dcgmi diag -r 3, nvidia-smi -q -d ECC,ROW_REMAPPER)")
         for signature, runs in self.groups():
             devices = set().union(*(self.devices(r) for r in runs)) if signature else set()
             if signature and len(runs) >= 2 and len(devices) >= 2:
@@ -99,7 +147,7 @@ class Comparison:
                              "kernel, not a device (software)")
         return lines
 
-    def reproduction(self) -> list[str]:
+    def reproduction(self) -> list[str]:  # noqa: D102
         total = len(self.runs)
         lines = []
         for signature, runs in self.groups():
@@ -197,7 +245,7 @@ def _terminal(result: Comparison, out: TextIO) -> None:
     group_of = {run.name: n for n, (_, runs) in enumerate(result.groups(), 1) for run in runs}
     for run in result.runs:
         table.add_row(Text(plain(run.short)), str(group_of[run.name]),
-                      Text((run.signature or "-").replace("forensics.sig/1:", "")), Text(plain(run.parts)))
+                      Text((run.signature or "-").replace(f"{SIGNATURE_PREFIX}:", "")), Text(plain(run.parts)))
     console.print(table)
     for line in result.reproduction() + result.hardware():
         console.print(Text(plain(line)))

@@ -267,6 +267,7 @@ class Verdict:
     environment_sources: Mapping[str, str] = field(default_factory=dict)
     signature: str | None = None
     signature_parts: tuple[SignaturePart, ...] = ()
+    signature_site: str | None = None   # fault class + surface site: compare joins runs that share it
     known_issues: tuple[KnownIssueMatch, ...] = ()
     checklist: tuple[ChecklistItem, ...] = ()
     next_steps: tuple[NextStep, ...] = ()

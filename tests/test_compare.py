@@ -35,16 +35,16 @@ def test_reruns_of_one_crash_group_apart_from_another(reruns):
     assert [r.name for r in groups[0][1]] == [str(p) for p in KERNEL_NAMED]
     assert [r.name for r in groups[1][1]] == [str(OTHER_BUG)]
     assert groups[0][0] != groups[1][0]
-    assert all(sig.startswith("forensics.sig/1:") for sig, _ in groups)
+    assert all(sig.startswith("forensics.sig/2:") for sig, _ in groups)
 
 
 def test_reproduction_lines(reruns):
     lines = reruns.reproduction()
     assert len(lines) == 2
-    assert lines[0].startswith("3/4 runs crash with signature forensics.sig/1:")
+    assert lines[0].startswith("3/4 runs crash with signature forensics.sig/2:")
     assert "oneshot_allreduce_flag_kernel" in lines[0] and "chunked-prefill" in lines[0]
     assert "(prefill block 3)" in lines[0]
-    assert lines[1].startswith("1/4 runs crash with signature forensics.sig/1:")
+    assert lines[1].startswith("1/4 runs crash with signature forensics.sig/2:")
     assert "pack_kv_header_kernel" in lines[1]
 
 
@@ -156,6 +156,39 @@ def test_cli_markdown_table(tmp_path):
     assert "tp4_oob_write_coredump" in run_rows[0]
     assert "run\\|with" in run_rows[1]                  # the pipe in the name cannot end the cell
     assert "- 1/2 runs crash with signature" in text
+
+
+def test_four_runs_of_one_bug_with_and_without_a_tool_are_one_group_and_software():
+    """The same lab bug recorded four ways (compute-sanitizer text and XML, a GPU core
+    dump, a plain run that only surfaced in a finaliser): the plain run has no kernel,
+    so its signature differs, but its surface site is the sanitizer runs' - one group,
+    and no hardware suspicion on the one GPU they all used."""
+    runs = [str(GPU / name) for name in ("tp4_oob_write_del_cumemfree", "tp4_oob_write_memcheck",
+                                         "tp4_oob_write_coredump", "tp4_oob_write_memcheck_xml")]
+    result = compare(runs)
+    assert len({r.signature for r in result.runs}) == 2          # with a kernel, and without
+    ((signature, group),) = result.groups()
+    assert len(group) == 4 and signature == result.runs[1].signature   # named after a run that named the kernel
+    lines = result.hardware()
+    assert lines and all("hardware suspected" not in line for line in lines)
+    assert any("same bug" in line and "software" in line for line in lines)
+
+
+def test_different_bugs_on_the_only_gpu_raise_no_hardware_suspicion(tmp_path):
+    one = _xid_run(tmp_path / "a", "0000:1b:00", "x")
+    other = tmp_path / "b"
+    other.mkdir()
+    (other / "dmesg.txt").write_text(
+        "[Tue Mar 14 11:00:01 2026] NVRM: Xid (PCI:0000:1b:00): 13, pid=4343, name=python3, Graphics SM Warp "
+        "Exception on (GPC 0, TPC 1, SM 0): Misaligned Address\n")
+    (other / "server.log").write_text(
+        "(Worker_TP0 pid=4343) ERROR 03-14 11:00:02 [multiproc_executor.py:1] RuntimeError: CUDA error: misaligned "
+        "address\n")
+    result = compare([one, str(other)])
+    assert len(result.groups()) == 2
+    lines = result.hardware()
+    assert lines and all("hardware suspected" not in line for line in lines)
+    assert any("cannot be told from the workload" in line for line in lines)
 
 
 def test_cli_errors(tmp_path):

@@ -1,4 +1,4 @@
-"""forensics.sig/1: stable across reruns of one bug (pids, addresses, times, install paths,
+"""forensics.sig/2: stable across reruns of one bug (pids, addresses, times, install paths,
 a rerun under compute-sanitizer), different for another kernel, another error, another
 surface site or another engine phase."""
 
@@ -14,7 +14,7 @@ from forensics.rules.advice import SIGNATURE_VERSION, fault_class
 from tests.conftest import DATA
 from tests.helpers import analyze_text, analyze_texts
 
-SIGNATURE = re.compile(r"^forensics\.sig/1:[0-9a-f]{12}$")
+SIGNATURE = re.compile(r"^forensics\.sig/2:[0-9a-f]{12}$")
 
 
 def parts(verdict) -> dict:
@@ -131,7 +131,7 @@ def test_without_origin_the_surface_and_error_make_the_signature():
     plain = vllm_crash(with_kernel=False)
     assert plain.origin is None and plain.signature != BASE.signature
     p = parts(plain)
-    assert p["fault"].value == "CUDA_ERROR_ILLEGAL_ADDRESS" and not p["origin"].contributed
+    assert p["fault"].value == "illegal-address" and not p["origin"].contributed
     assert p["surface"].value == "gpu_model_runner.py:execute_model@Tensor.tolist"
     # stable across reruns without the kernel too
     assert vllm_crash(with_kernel=False, pid0=777, minute="59", venv="/srv/env").signature == plain.signature
@@ -189,7 +189,7 @@ def test_a_surface_in_torchs_own_files_does_not_feed_the_signature():
     v = analyze_text(text).verdict
     p = parts(v)
     assert p["surface"].value is None and not p["surface"].contributed
-    assert v.signature is not None and p["fault"].value == "CUDA_ERROR_ILLEGAL_ADDRESS"
+    assert v.signature is not None and p["fault"].value == "illegal-address"
 
 
 def test_no_failure_no_signature():

@@ -41,6 +41,7 @@ def build(case: "Case", timeline_limit: int | None = TIMELINE_LIMIT) -> dict:
         "environment": {k: _plain(val) for k, val in v.environment.items()},
         "environment_sources": dict(v.environment_sources),
         "signature": v.signature,
+        "signature_site": v.signature_site,
         "signature_parts": [{"part": p.part, "value": p.value, "contributed": p.contributed, "why": p.why}
                             for p in v.signature_parts],
         "known_issues": [{"id": k.id, "title": k.title, "likelihood": k.likelihood, "matched": list(k.matched),

@@ -11,7 +11,7 @@ from forensics.events import Kind
 from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.verdict import FailureKind, NextStep, SignaturePart, Status, rank_list, who
 
-SIGNATURE_VERSION = "forensics.sig/1"
+SIGNATURE_VERSION = "forensics.sig/2"
 
 
 class GraphReplay(Rule):
@@ -207,7 +207,7 @@ def serve_command(env: dict) -> tuple[str, list[str]]:
 
 class Signature(Rule):
     """Builds a crash signature stable across reruns of the same bug (no pids,
-    addresses, times, paths, JIT hashes), versioned as forensics.sig/1.  Parts, each
+    addresses, times, paths, JIT hashes), versioned as forensics.sig/2.  Parts, each
     recording whether it contributed and why: the fault class (from the origin's fault
     when the kernel is known, so a rerun under compute-sanitizer - 719 instead of 700 -
     keeps its signature; else the error name or the failure kind); the origin kernel
@@ -218,16 +218,20 @@ class Signature(Rule):
 
     name = "signature"
     reads = ("origin", "error", "surfaces", "environment", "failure_kind")
-    writes = ("signature", "signature_parts")
+    writes = ("signature", "signature_parts", "signature_site")
 
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
         parts: list[SignaturePart] = []
         origin, error, kind = verdict.origin, verdict.error, verdict.failure_kind
         kernel_known = origin is not None and names.is_named(origin.kernel)
+        # the fault classed one way whatever evidence the run had: the origin's fault
+        # under a tool, the error a host call reported without one (700 and 719 are both
+        # an illegal address)
         if kernel_known:
             parts.append(SignaturePart("fault", fault_class(origin.fault), True, f"class of the origin's fault ({origin.fault})"))
         elif error is not None:
-            parts.append(SignaturePart("fault", error.name, True, "the error reported (origin unknown)"))
+            parts.append(SignaturePart("fault", fault_class(f"{error.name} {error.error.message}"), True,
+                                       f"class of the error reported ({error.name}; origin unknown)"))
         elif kind is not None:
             parts.append(SignaturePart("fault", kind.value, True, "the failure kind (no CUDA error)"))
         else:
@@ -249,6 +253,12 @@ class Signature(Rule):
             return
         verdict.signature = f"{SIGNATURE_VERSION}:{hashlib.sha1('|'.join(used).encode()).hexdigest()[:12]}"
         verdict.explain(f"Signature {verdict.signature} from {', '.join(used)}.")
+        site = _surface_site(verdict.surfaces)
+        if site is not None:
+            # where it surfaced, whether or not this run also named the kernel: a rerun
+            # without a tool has only this, so compare joins runs that share it
+            key = f"fault={parts[0].value}|surface={site}"
+            verdict.signature_site = f"{SIGNATURE_VERSION}:site:{hashlib.sha1(key.encode()).hexdigest()[:12]}"
 
 
 def fault_class(text: str) -> str:
