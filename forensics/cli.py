@@ -42,7 +42,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="terminal", show_default=True,
               help="Report format (markdown: ready to paste into a GitHub issue; html: one self-contained page).")
 @click.option("--redact/--no-redact", default=None,
@@ -258,7 +258,7 @@ def compare(runs, fmt, redact, output, kb_dirs) -> None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, required=True)
+@click.argument("paths", nargs=-1, required=True, type=click.Path(allow_dash=True))
 @click.option("--rank", "ranks", multiple=True, type=click.IntRange(0, RANK_LIMIT - 1),
               help="Only these ranks (repeatable).")
 @click.option("--kind", "kinds", multiple=True, help="Only these event kinds (repeatable), e.g. cuda-error.")

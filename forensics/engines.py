@@ -58,6 +58,9 @@ def parse_processes(sources: list[Source], parse: Callable[[Source], ParsedSourc
     return ordered
 
 
+SCHEDULER_TIMEOUT_S = 5
+
+
 def parse_dask(sources: list[Source], parse: Callable[[Source], ParsedSource], scheduler: str | None,
                on_source=None) -> list[ParsedSource]:
     """One task per file on a Dask cluster (``scheduler``: its address; None: a local one)."""
@@ -68,7 +71,13 @@ def parse_dask(sources: list[Source], parse: Callable[[Source], ParsedSource], s
         raise EngineUnavailable("the dask engine needs dask and distributed: pip install 'forensics[dask]'") from exc
     travelling = [(i, s) for i, s in enumerate(sources) if _travels(s)]
     results: dict[int, ParsedSource] = {}
-    client = Client(scheduler) if scheduler else Client(processes=False, dashboard_address=None)
+    try:
+        client = Client(scheduler, timeout=SCHEDULER_TIMEOUT_S) if scheduler else \
+            Client(processes=False, dashboard_address=None)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise EngineUnavailable(f"no Dask scheduler answered at {scheduler} within {SCHEDULER_TIMEOUT_S} s "
+                                f"({type(exc).__name__}); check the address (tcp://host:8786) or leave --scheduler "
+                                "out for a local cluster") from exc
     try:
         if travelling:
             bag = db.from_sequence([s for _, s in travelling], npartitions=len(travelling))

@@ -78,6 +78,13 @@ def test_dask_engine_without_dask_is_a_clear_error(monkeypatch):
     assert result.exit_code == 2 and "needs dask and distributed" in result.output
 
 
+def test_an_unreachable_scheduler_is_a_usage_error_with_its_address():
+    pytest.importorskip("distributed")
+    result = CliRunner().invoke(main, ["analyze", str(BUNDLE), "--engine", "dask", "--scheduler", "tcp://127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    assert "tcp://127.0.0.1:1" in result.output and "internal error" not in result.output
+
+
 def test_scheduler_needs_the_dask_engine():
     result = CliRunner().invoke(main, ["analyze", str(BUNDLE), "--scheduler", "tcp://127.0.0.1:8786"])
     assert result.exit_code == 2 and "--scheduler needs --engine dask" in result.output
