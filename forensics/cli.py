@@ -53,7 +53,9 @@ def main() -> None:
 @click.option("--title-file", type=click.Path(dir_okay=False),
               help="Markdown: write the suggested issue title to this file and leave it out of the body "
                    "(gh issue create --title \"$(cat TITLE)\" --body-file REPORT).")
-@click.option("--explain", is_flag=True, help="Show how each rule reached its conclusion.")
+@click.option("--explain", is_flag=True,
+              help="The full derivation: how each rule decided, and what each process's lines say "
+              "happened to it (its story, the observation that decided its status).")
 @click.option("--timeline-limit", type=click.IntRange(min=0), default=400, show_default=True,
               help="Most timeline entries in the JSON report (0: all).")
 @click.option("--kb", "kb_dirs", multiple=True, type=click.Path(),

@@ -549,3 +549,11 @@ def test_the_installed_package_runs_outside_the_checkout(tmp_path):
     assert report["verdict"]["error"]["code"] == 700
     assert report["verdict"]["first_failure"]["rank"] == 2
     assert forensics.schema()["$id"] == report["schema"]
+
+
+def test_verbose_is_the_whole_report_and_explain_the_full_derivation():
+    verbose = run("analyze", GPU_SAMPLE, "-v").output
+    explained = run("analyze", GPU_SAMPLE, "--explain").output
+    assert "How the rules decided" in verbose and "Incident checklist" in verbose
+    assert "(the stories)" not in verbose
+    assert "How the rules decided" in explained and "(the stories)" in explained
