@@ -116,14 +116,16 @@ def test_two_unrelated_incidents_together_get_a_warning():
 FIRST_SCREEN_LINES = 40
 
 
+@pytest.mark.parametrize("width", [80, 120])
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_the_first_screen_is_the_answer(path):
-    """The default terminal report fits 40 lines at 80 columns and holds the answer: the
-    headline, the surfaces, the origin or why none is known, the first next steps; the
-    rest is behind --full, which ends with the headline again (what stays on screen)."""
+def test_the_first_screen_is_the_answer(path, width):
+    """The default terminal report fits 40 lines at 80 and 120 columns and holds the
+    answer: the headline, the surfaces, the origin and where a tool located it, the first
+    next steps; the rest is behind --full, which ends with the headline again (what stays
+    on screen)."""
     case = case_of(path)
     v = case.verdict
-    compact = rendered(case, "terminal")
+    compact = rendered(case, "terminal", width=width)
     lines = compact.splitlines()
     assert len(lines) <= FIRST_SCREEN_LINES, compact
     flat = _squash(compact)
@@ -132,11 +134,13 @@ def test_the_first_screen_is_the_answer(path):
         assert "Surface" in compact
     if v.origin is not None:
         assert "Origin" in compact
+        if v.origin.location:
+            assert _squash(v.origin.location) in flat
     if v.next_steps:
         assert _squash(v.next_steps[0].title or v.next_steps[0].why)[:50] in flat
     assert "Timeline around the failure" not in compact and "Incident checklist" not in compact
     out = io.StringIO()
-    render(build(case), "terminal", out, Options(width=80, color=False, redact=False, full=True))
+    render(build(case), "terminal", out, Options(width=width, color=False, redact=False, full=True))
     full = out.getvalue()
     assert "Timeline around the failure" in full
     if v.checklist:

@@ -70,6 +70,9 @@ const $ = id => document.getElementById(id);
 const V = R.verdict;
 function el(tag, text, cls) { const e = document.createElement(tag); if (text != null) e.textContent = String(text); if (cls) e.className = cls; return e; }
 function para(parts) { const p = el("p"); parts.forEach(x => p.appendChild(typeof x === "string" ? document.createTextNode(x) : x)); return p; }
+// a sentence that quotes a command or a condition between backticks: those parts as <code>
+// (text nodes only: nothing in it is markup)
+function prose(text) { const s = el("span"); String(text == null ? "" : text).split(/`([^`\n]+)`/).forEach((part, i) => s.appendChild(i % 2 ? el("code", part) : document.createTextNode(part))); return s; }
 function table(id, header, rows) {
   const t = $(id); t.textContent = "";
   if (header) { const tr = el("tr"); header.forEach(h => tr.appendChild(el("th", h))); t.appendChild(tr); }
@@ -78,20 +81,20 @@ function table(id, header, rows) {
 $("title").textContent = V.headline;
 $("sig").textContent = R.signature ? "signature " + R.signature : "";
 const vd = $("verdict");
-vd.appendChild(el("p", V.summary));
+vd.appendChild(para([prose(V.summary)]));
 if (V.origin) vd.appendChild(para([el("b", "Origin "), el("span", V.origin.kernel, "origin"), " on " + V.origin.who + ": " + V.origin.fault + " - confidence ", el("b", V.origin.confidence)]));
 else if (V.faulting_process) vd.appendChild(para([el("b", "Origin "), "kernel unknown: " + V.faulting_process.who + " faulted on the device (" + V.faulting_process.fault + ")"]));
 else if (V.error && V.error.sticky) vd.appendChild(para([el("b", "Origin "), "unknown: the calls below only reported an earlier asynchronous fault."]));
 V.surfaces.forEach(s => vd.appendChild(para([el("b", "Surface "), s.who + ": " + (s.api ? s.api + " at " : ""), el("code", (s.file || "?") + ":" + s.line), " in ", el("code", s.function || "?"), s.caller ? ", called from " : "", s.caller ? el("code", s.caller) : "", el("small", " [" + s.source + "]")])));
 if (V.first_failure) vd.appendChild(para([el("b", "First failure "), V.first_failure.who + ": " + V.first_failure.basis]));
-if (V.hardware) vd.appendChild(para([el("b", "Hardware or software "), V.hardware.opinion + ": " + V.hardware.basis + ". To settle it: " + V.hardware.settle]));
+if (V.hardware) vd.appendChild(para([el("b", "Hardware or software "), prose(V.hardware.opinion + ": " + V.hardware.basis + ". To settle it: " + V.hardware.settle)]));
 if (V.first_failure && V.first_failure.launcher_opinion) vd.appendChild(el("p", V.first_failure.launcher_opinion, "note"));
 V.notes.forEach(n => vd.appendChild(el("p", n, "note")));
 const known = $("known");
 if (!R.known_issues.length) $("known-section").style.display = "none";
-R.known_issues.forEach(k => { known.appendChild(para([el("b", k.likelihood + " "), el("code", k.id), " " + k.title])); known.appendChild(el("p", "workaround: " + k.workaround)); known.appendChild(el("p", "does not prove: " + k.does_not_prove, "note")); });
+R.known_issues.forEach(k => { known.appendChild(para([el("b", k.likelihood + " "), el("code", k.id), " " + k.title])); known.appendChild(para(["workaround: ", prose(k.workaround)])); known.appendChild(el("p", "does not prove: " + k.does_not_prove, "note")); });
 const next = $("next");
-R.next_actions.forEach(s => { next.appendChild(el("p", s.why)); if (s.command) next.appendChild(el("pre", s.command)); });
+R.next_actions.forEach(s => { next.appendChild(para(s.title ? [el("b", s.title), ": ", prose(s.why)] : [prose(s.why)])); if (s.command) next.appendChild(el("pre", s.command)); });
 if (!R.next_actions.length) next.textContent = "none";
 table("ranks", ["rank", "pid", "role", "status", "exit", "how it went down"], R.ranks.map(r => [r.rank, r.pid, r.role, el("span", r.status, r.status), r.exit_code, r.failure]));
 table("checklist", ["check", "", "finding"], (R.checklist || []).map(c => [c.check, el("span", c.status, c.status), c.finding]));
