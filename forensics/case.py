@@ -15,7 +15,8 @@ if TYPE_CHECKING:
 
 from forensics import engines, kb, rules, timeline
 from forensics.events import Event
-from forensics.inputs.sources import OutputIsInput, Source, Walk, discover, display_name  # noqa: F401 - re-exported
+from forensics.inputs.discover import discover
+from forensics.inputs.sources import OutputIsInput, Source, Walk, display_name  # noqa: F401 - re-exported
 from forensics.parsers import registry
 from forensics.parsers.base import ParsedSource
 from forensics.rules import Evidence, SourceFacts

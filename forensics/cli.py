@@ -460,7 +460,6 @@ def _progress(paths, enabled: bool):
         yield None
         return
     import threading
-    import time
 
     from rich.console import Console
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,

@@ -14,7 +14,8 @@ import pytest
 from forensics.case import analyze, parse_source
 from forensics.columns import EventColumns
 from forensics.events import Event, Kind, Severity, freeze
-from forensics.inputs.sources import Walk, discover
+from forensics.inputs.discover import discover
+from forensics.inputs.sources import Walk
 from forensics.timeline import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -51,7 +51,7 @@ def test_process_pool_gives_the_same_report(monkeypatch):
 
 def test_small_inputs_are_parsed_here_in_discovery_order():
     # a closure cannot be sent to another process: parse_processes must stay local below the threshold
-    from forensics.inputs.sources import discover
+    from forensics.inputs.discover import discover
     sources = list(discover([str(BUNDLE)]))
     seen = []
     parsed = engines.parse_processes(sources, lambda s: s.relpath, on_source=lambda s, p: seen.append(p))

@@ -33,7 +33,7 @@ from click.testing import CliRunner
 
 from forensics.case import NothingToAnalyse, analyze, parse_source
 from forensics.cli import EXIT_FAILURE_FOUND, EXIT_USAGE, main
-from forensics.inputs import sources
+from forensics.inputs import discover, sources
 from forensics.inputs.sources import sniff
 from forensics.knowledge import tomllib
 from forensics.parsers.text.stream import TextParser
@@ -439,19 +439,19 @@ def test_an_unreadable_file(tmp_path):
 
 def test_folders_nested_too_deep(tmp_path):
     deep = tmp_path
-    for i in range(sources.MAX_DEPTH + 3):
+    for i in range(discover.MAX_DEPTH + 3):
         deep = deep / f"d{i}"
     deep.mkdir(parents=True)
     (deep / "deep.log").write_bytes(LOG)
     (tmp_path / "server.log").write_bytes(LOG.replace(b"pid=11", b"pid=12"))
     case = timed(lambda: analyze(str(tmp_path)), seconds=10)
-    assert any(f"folders nested more than {sources.MAX_DEPTH} deep; the deeper ones were not read" in line
+    assert any(f"folders nested more than {discover.MAX_DEPTH} deep; the deeper ones were not read" in line
                for line in reported(case))
     assert {e.pid for e in case.events} == {12}
 
 
 def test_too_many_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(sources, "MAX_FILES", 30)
+    monkeypatch.setattr(discover, "MAX_FILES", 30)
     for i in range(45):
         (tmp_path / f"f{i:03d}.log").write_bytes(b"(Worker_TP0 pid=11) INFO 12-02 10:00:00 [a.py:1] hello\n")
     case = timed(lambda: analyze(str(tmp_path)), seconds=20)

@@ -18,57 +18,10 @@ every sample of every format.
 
 from __future__ import annotations
 
-import functools
 import importlib
-from dataclasses import dataclass, field
 
-from forensics import knowledge
-
-
-@dataclass(frozen=True)
-class Format:
-    name: str
-    kind: str                       # line | block | collector | binary
-    what: str
-    grammar: str | None = None
-    reader: str | None = None       # module (and :Class for binary readers) that reads it
-    guard: str | None = None        # line formats: the regex that delimits the header
-    cache: bool = True
-    site: bool = False              # line formats: the header's file:line is where an error was detected
-    joins: str = "header"           # header | logger | no: what identifies the lines of one record
-    untagged_is_main: bool = False  # line formats: a record naming no process is the main process's
-    samples: tuple[dict, ...] = field(default=(), compare=False)
-
-
-@functools.lru_cache(maxsize=None)
-def formats() -> tuple[Format, ...]:
-    out = []
-    for entry in knowledge.load("formats")["format"]:
-        out.append(Format(name=entry["name"], kind=entry["kind"], what=entry["what"], grammar=entry.get("grammar"),
-                          reader=entry.get("reader"), guard=entry.get("guard"), cache=entry.get("cache", True),
-                          joins=entry.get("joins", "header"), site=entry.get("site", False),
-                          untagged_is_main=entry.get("untagged_is_main", False), samples=tuple(entry.get("samples", ()))))
-    return tuple(out)
-
-
-def formats_of_kind(kind: str) -> tuple[Format, ...]:
-    return tuple(f for f in formats() if f.kind == kind)
-
-
-@functools.lru_cache(maxsize=None)
-def _starters() -> tuple:
-    """Each block reader's start(), once (one reader may serve several formats)."""
-    starts = [importlib.import_module(f.reader).start for f in formats_of_kind("block")]
-    return tuple(dict.fromkeys(starts))
-
-
-def start_block(text: str, header: tuple | None):
-    """The block that starts at this line, if any (block formats in registry order)."""
-    for start in _starters():
-        block = start(text, header)
-        if block is not None:
-            return block
-    return None
+from forensics.parsers.blocks import start_block  # noqa: F401 - the registry's own API
+from forensics.parsers.formats import Format, formats, formats_of_kind  # noqa: F401 - the registry's own API
 
 
 def reader_for(source_kind: str):

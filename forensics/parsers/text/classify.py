@@ -14,7 +14,6 @@ import re
 from forensics import knowledge
 from forensics.events import RELAY, Kind, PyException, Severity
 from forensics.parsers.text import messages
-from forensics.parsers.text.native import error_attrs
 
 # Cheap test before the CUDA error forms run on a line.
 _CUDA_HINT = re.compile(r"CUDA|cuda|CUBLAS|CUDNN|NCCL|nccl|Cuda|illegal memory|device-side assert|"
@@ -38,6 +37,12 @@ _RAISED_FROM = re.compile(r"Exception raised from (?P<function>\S+) at (?P<file>
 # CUDA error, it is that process's error ("Error in model execution", an NCCL error
 # wrapping "unhandled cuda error", the scheduler's "hit an exception")
 _OWN_WRAPPERS = {Kind.NCCL, Kind.WORKER_EXCEPTION, Kind.ENGINE_FATAL}
+
+
+def error_attrs(found: knowledge.ErrorMatch) -> dict:
+    """The typed attributes an event carries for a CUDA error it reports."""
+    return {"cuda_error": found.error, "error_form": found.form, "error_api": found.api,
+            "error_file": found.file, "error_line": found.line}
 
 
 def cuda_error(text: str) -> knowledge.ErrorMatch | None:

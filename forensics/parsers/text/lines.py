@@ -24,6 +24,7 @@ from lark.exceptions import LarkError
 
 from forensics import grammar
 from forensics.knowledge import claimed_int
+from forensics.parsers.formats import formats_of_kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +147,6 @@ class LineFormat:
 
 @functools.lru_cache(maxsize=None)
 def line_formats() -> tuple[LineFormat, ...]:
-    from forensics.parsers.registry import formats_of_kind
     return tuple(LineFormat(f.name, f.grammar, re.compile(f.guard), f.cache, f.joins)
                  for f in formats_of_kind("line"))
 
@@ -159,14 +159,12 @@ def _unjoined() -> frozenset[str]:
 @functools.lru_cache(maxsize=None)
 def site_formats() -> frozenset[str]:
     """Formats whose header's file:line is where the program detected the error."""
-    from forensics.parsers.registry import formats_of_kind
     return frozenset(f.name for f in formats_of_kind("line") if f.site)
 
 
 @functools.lru_cache(maxsize=None)
 def untagged_main_formats() -> frozenset[str]:
     """Formats whose records without a process tag are the main process's (formats.toml)."""
-    from forensics.parsers.registry import formats_of_kind
     return frozenset(f.name for f in formats_of_kind("line") if f.untagged_is_main)
 
 

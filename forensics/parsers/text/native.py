@@ -29,6 +29,7 @@ from lark.exceptions import LarkError
 
 from forensics import grammar, knowledge, names
 from forensics.events import Frame, Kind, Severity
+from forensics.parsers.text import classify
 from forensics.parsers.text.block import BlockResult, unparsable
 
 # (?<!\S): searched over a whole message - a function is a whole word, tried once, not
@@ -276,7 +277,6 @@ def _timeout_in_what(crash: dict, make):
     """The collective timeout a watchdog abort quotes in its what() line ("Watchdog
     caught collective operation timeout: WorkNCCL(SeqNum=..., OpType=...)"): an event of
     its own, so that a log holding only the abort still shows the hang."""
-    from forensics.parsers.text import classify       # the message catalogue's classifier
     what = crash.get("what") or ""
     decided = classify.message_kind(what, "ERROR") if what else None
     if decided is None or decided[0] != Kind.COLLECTIVE_TIMEOUT:
@@ -329,7 +329,7 @@ def crash_event(crash: dict, make):
     if attrs.get("crash_frame") is not None:
         message += f" in {attrs['crash_frame'].function}"
     if found is not None:
-        attrs.update(error_attrs(found))
+        attrs.update(classify.error_attrs(found))
         kind = Kind.OOM if found.error.name == "CUDA_ERROR_OUT_OF_MEMORY" else Kind.CUDA_ERROR
         return make(kind, message, Severity.CRITICAL, attrs)
     return make(Kind.FATAL_SIGNAL, message, Severity.CRITICAL, attrs)
@@ -346,7 +346,3 @@ def innermost_named(stack) -> Frame | None:
     return None
 
 
-def error_attrs(found: knowledge.ErrorMatch) -> dict:
-    """The typed attributes an event carries for a CUDA error it reports."""
-    return {"cuda_error": found.error, "error_form": found.form, "error_api": found.api,
-            "error_file": found.file, "error_line": found.line}

@@ -23,7 +23,7 @@ from forensics.events import OWN_FAILURE, Event, Kind, Severity, clip, freeze
 from forensics.inputs.normalise import Line, Normaliser
 from forensics.inputs.reader import READ_ERRORS, ReadStats, chronological, detect_encoding, iter_lines
 from forensics.inputs.sources import SNIFF_BYTES, Prefixed, Source
-from forensics.parsers import registry, scan
+from forensics.parsers import blocks, scan
 from forensics.parsers.base import ParsedSource, Traffic, dominant_kind
 from forensics.parsers.sanitizer.text import SanitizerAssembler, is_sanitizer_line
 from forensics.parsers.text import classify
@@ -329,14 +329,14 @@ class _Run:
             # "... Scheduler hit an exception: Traceback (most recent call last):": the
             # message is an event of its own, the traceback follows (raw, for SGLang)
             self._single(line, rec, text.partition(TB_AT_END)[0].rstrip(": "))
-            block = registry.start_block(TB_AT_END, header)
+            block = blocks.start_block(TB_AT_END, header)
             block.follow_raw = True
             block.shared_first = True
             block.accepts(TB_AT_END, line.lineno, header)
             self._open(key, block, line, rec)
             return
 
-        block = registry.start_block(text, header)
+        block = blocks.start_block(text, header)
         if block is not None and block.accepts(text, line.lineno, header):
             self.block_line = line.lineno
             self._open(key, block, line, rec)

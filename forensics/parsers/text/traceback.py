@@ -60,9 +60,10 @@ _CONTINUATIONS: tuple[str, ...] | None = None
 
 @functools.lru_cache(maxsize=None)
 def _other_starters() -> tuple:
-    """The start() of every other block format (data/formats.toml), in registry order."""
-    from forensics.parsers import registry
-    readers = dict.fromkeys(f.reader for f in registry.formats_of_kind("block") if f.reader != __name__)
+    """The start() of every other block format (data/formats.toml), in registry order
+    (the readers by name, as the registry starts them: no import of the registry here)."""
+    from forensics.parsers.formats import formats_of_kind
+    readers = dict.fromkeys(f.reader for f in formats_of_kind("block") if f.reader != __name__)
     return tuple(importlib.import_module(reader).start for reader in readers)
 
 
