@@ -102,6 +102,10 @@ def _stories(case: "Case") -> list[dict]:
     return out
 
 
+ORIGIN_UNKNOWN = ("the calls that reported it only reported an earlier asynchronous fault; no device evidence "
+                  "names the kernel")
+
+
 def _verdict(v: Verdict) -> dict:
     origin = v.origin
     return {
@@ -122,6 +126,9 @@ def _verdict(v: Verdict) -> dict:
                     "address": origin.address, "confidence": origin.confidence.value, "notes": list(origin.notes),
                     "evidence": [{"kind": e.kind, "source": e.source, "text": e.text} for e in origin.evidence]}
                    if origin is not None and origin.kernel else None),
+        # the one sentence every renderer shows when no origin is known (none writes its own)
+        "origin_unknown": (ORIGIN_UNKNOWN + (" (see next steps)" if v.next_steps else "")
+                           if origin is None and v.error is not None and v.error.error.sticky else None),
         "faulting_process": ({"who": who(origin.rank, origin.pid, origin.name), "rank": origin.rank, "pid": origin.pid, "fault": origin.fault, "address": origin.address,
                               "confidence": origin.confidence.value, "notes": list(origin.notes),
                               "evidence": [{"kind": e.kind, "source": e.source, "text": e.text} for e in origin.evidence]}

@@ -84,7 +84,7 @@ const vd = $("verdict");
 vd.appendChild(para([prose(V.summary)]));
 if (V.origin) vd.appendChild(para([el("b", "Origin "), el("span", V.origin.kernel, "origin"), " on " + V.origin.who + ": " + V.origin.fault + " - confidence ", el("b", V.origin.confidence)]));
 else if (V.faulting_process) vd.appendChild(para([el("b", "Origin "), "kernel unknown: " + V.faulting_process.who + " faulted on the device (" + V.faulting_process.fault + ")"]));
-else if (V.error && V.error.sticky) vd.appendChild(para([el("b", "Origin "), "unknown: the calls below only reported an earlier asynchronous fault."]));
+else if (V.origin_unknown) vd.appendChild(para([el("b", "Origin "), "unknown: " + V.origin_unknown]));
 V.surfaces.forEach(s => vd.appendChild(para([el("b", "Surface "), s.who + ": " + (s.api ? s.api + " at " : ""), el("code", (s.file || "?") + ":" + s.line), " in ", el("code", s.function || "?"), s.caller ? ", called from " : "", s.caller ? el("code", s.caller) : "", el("small", " [" + s.source + "]")])));
 if (V.first_failure) vd.appendChild(para([el("b", "First failure "), V.first_failure.who + ": " + V.first_failure.basis]));
 if (V.hardware) vd.appendChild(para([el("b", "Hardware or software "), prose(V.hardware.opinion + ": " + V.hardware.basis + ". To settle it: " + V.hardware.settle)]));

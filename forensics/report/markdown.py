@@ -119,9 +119,8 @@ def _head(document: dict, include_title: bool) -> str:
     if origin:
         out.append(f"**Origin:** {md_code(origin['kernel'])} - confidence {origin['confidence']}"
                    + (f" ({md_prose('; '.join(origin['notes']))})" if origin["notes"] else "") + "\n\n")
-    elif v["error"] and v["error"]["sticky"]:
-        out.append("**Origin:** unknown. The frames below only *reported* an earlier asynchronous fault "
-                   f"({md_code(v['error']['name'])} is sticky); no device evidence names the kernel.\n\n")
+    elif v["origin_unknown"]:
+        out.append(f"**Origin:** unknown: {md_prose(v['origin_unknown'])}.\n\n")
     for note in v["notes"]:
         out.append(f"> {md_prose(note)}\n\n")
     out.append("#### Causal chain\n")

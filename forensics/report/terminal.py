@@ -201,10 +201,8 @@ def _verdict_panel(document: dict, plain_output: bool, compact: bool = False):
     elif faulting:
         lines.append(_row("Origin", ("kernel unknown", "collateral"),
                           f" - {faulting['who']} faulted on the device: {plain(faulting['fault'])}"))
-    elif error and error["sticky"]:
-        lines.append(_row("Origin", ("unknown", "collateral"),
-                          " - the calls above only reported an earlier asynchronous fault; no device evidence "
-                          "names the kernel (see next steps)"))
+    elif v["origin_unknown"]:
+        lines.append(_row("Origin", ("unknown", "collateral"), f" - {v['origin_unknown']}"))
     first = v["first_failure"]
     if first:
         lines.append(_row("First", f"{first['who']}: {plain(first['basis'])}"))
