@@ -299,6 +299,22 @@ def role_and_rank(process_name: str | None) -> tuple[str | None, int | None]:
 
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
+def frame_processes() -> tuple[tuple[str, str], ...]:
+    """(part of a file path, process name): code that runs only in that process
+    (data/processes.toml [[frame_process]])."""
+    return tuple((e["file"], e["name"]) for e in load("processes").get("frame_process", ()))
+
+
+def process_of_frames(frames) -> str | None:
+    """The process a stack of frames can only have run in, or None."""
+    for frame in frames:
+        for part, name in frame_processes():
+            if part in (frame.file or ""):
+                return name
+    return None
+
+
 def quoted_processes() -> tuple[tuple[str, re.Pattern], ...]:
     """Patterns naming the process whose traceback an exception message quotes."""
     return tuple((e["id"], re.compile(e["pattern"], re.M)) for e in load("processes").get("quoted_process", []))

@@ -69,6 +69,16 @@ def _debuggers_line(event: Event) -> bool:
     return event.kind == Kind.CUDA_GDB or str(event.attrs.get("message_id") or "").startswith(DEBUGGER_LINES)
 
 
+def _process_of_frames(event: Event) -> str | None:
+    """The process a raw traceback's (or crash dump's) frames can only have run in."""
+    if event.pid is not None or event.rank is not None:
+        return None
+    frames = [f for exc in event.chain for f in exc.frames]
+    if not frames and isinstance(event.attrs.get("current_thread"), dict):
+        frames = list(event.attrs["current_thread"].get("frames") or ())
+    return knowledge.process_of_frames(frames) if frames else None
+
+
 def _programs_line(event: Event, inferior: bool = False) -> bool:
     """A line a program prints about itself (not the kernel's or facts about the machine;
     a debugger's about its inferior only when ``inferior``: the one program in view)."""
@@ -280,6 +290,11 @@ class ProcessTable:
             return f"rank:{rank}" + (f"@{event.host}" if event.host else "")
         if event.process:
             return f"name:{event.process}" + (f"@{event.host}" if event.host else "")
+        ran_in = _process_of_frames(event)
+        if ran_in is not None and not event.attrs.get("untagged_record") and \
+                (event.source, event.line) not in self._follows:       # (an announcer's own report goes on)
+            # a raw traceback through code only one process runs (SGLang's scheduler)
+            return f"name:{ran_in}" + (f"@{event.host}" if event.host else "")
         if event.source in self._stream_sources and _programs_line(event, self._inferior):
             return STREAM + event.source
         follows = self._follows.get((event.source, event.line))
@@ -330,6 +345,8 @@ class ProcessTable:
             info.host = info.host or event.host
         if event.process:
             self._from_name(info, event.process)
+        elif key.startswith("name:") and info.name is None:
+            self._from_name(info, key[len("name:"):].split("@", 1)[0])      # named by its code (frame_process)
         if event.rank is not None and info.rank is None:
             info.rank, info.rank_basis = event.rank, "prefix"
             info.role = info.role or "worker"

@@ -484,3 +484,23 @@ def test_an_untagged_sglang_record_is_the_main_process_beside_its_tagged_schedul
     assert by_who[(0, None)] == Status.SURFACED or any(r.rank == 0 and r.status == Status.SURFACED for r in v.ranks)
     main = [r for r in v.ranks if r.name == MAIN_PROCESS]
     assert len(main) == 1 and main[0].status == Status.COLLATERAL
+
+
+def test_a_raw_traceback_through_code_only_the_scheduler_runs_is_the_schedulers():
+    """SGLang's scheduler subprocess prints its traceback raw (no tag); the launcher's
+    untagged record relays it (processes.toml frame_process)."""
+    text = ("Traceback (most recent call last):\n"
+            '  File "/opt/sglang/python/sglang/srt/managers/scheduler.py", line 2300, in run_scheduler_process\n'
+            "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank)\n"
+            '  File "/opt/sglang/python/sglang/srt/managers/scheduler.py", line 310, in __init__\n'
+            "    self.tp_worker = TpModelWorker(server_args, gpu_id, tp_rank)\n"
+            '  File "/opt/sglang/python/sglang/srt/distributed/device_communicators/pynccl.py", line 99, in __init__\n'
+            "    self.comm = self.nccl.ncclCommInitRank(world_size, unique_id, rank)\n"
+            "RuntimeError: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details)\n"
+            "\n"
+            "[2026-03-02 10:00:05] Received sigquit from a child process. It usually means the child failed.\n")
+    v = analyze_text(text).verdict
+    by_name = {r.name: r.status for r in v.ranks}
+    assert by_name.get("Scheduler") == Status.FAILED
+    assert by_name.get(MAIN_PROCESS) == Status.COLLATERAL
+    assert v.first_failure.name == "Scheduler" and v.failure_kind == FailureKind.STARTUP
