@@ -330,6 +330,8 @@ class ProcessTable:
                 # the debugged program, by the name its threads carry (cuda-gdb's
                 # 'Thread 1 "decoding_exampl" received signal ...': the comm, 15 characters)
                 info.name = event.attrs["thread_name"]
+            if event.kind == Kind.PROCESS_IDENTITY and event.attrs.get("program") and info.name == MAIN_PROCESS:
+                info.name = event.attrs["program"]      # the command the paste starts with names it
         if (event.host, event.pid) in self._shared_pids and event.rank is not None:
             event = replace(event, pid=None)          # the relaying parent's pid is not this rank's
         if key == V0_ENGINE and self._v0_engine(event):
@@ -364,7 +366,8 @@ class ProcessTable:
             # rank of Worker_PP1_TP4 is not its global rank)
             if isinstance(rank, int) and (info.rank is None or info.rank_basis == "name"):
                 info.rank, info.rank_basis = rank, f"{event.where}: {event.attrs.get('message_id')}"
-            info.role = info.role or "worker"
+            if isinstance(rank, int) or not event.attrs.get("program"):
+                info.role = info.role or "worker"
 
     def _learn_subjects(self, event: Event) -> None:
         """Processes a line is about, written by another (a launcher's record of a child,

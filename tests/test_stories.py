@@ -504,3 +504,18 @@ def test_a_raw_traceback_through_code_only_the_scheduler_runs_is_the_schedulers(
     assert by_name.get("Scheduler") == Status.FAILED
     assert by_name.get(MAIN_PROCESS) == Status.COLLATERAL
     assert v.first_failure.name == "Scheduler" and v.failure_kind == FailureKind.STARTUP
+
+
+def test_the_command_a_sanitizer_paste_starts_with_names_its_program():
+    text = ("compute-sanitizer --tool memcheck ./bin/scatter_test\n"
+            "========= COMPUTE-SANITIZER\n"
+            "========= Invalid __global__ write of size 4 bytes\n"
+            "=========     at scatter_kernel(float *, int)+0x70 in scatter.cu:12\n"
+            "=========     by thread (3,0,0) in block (0,0,0)\n"
+            "=========     Address 0x7f0000001000 is out of bounds\n"
+            "=========\n"
+            "========= ERROR SUMMARY: 1 error\n")
+    v = analyze_text(text).verdict
+    (process,) = v.ranks
+    assert process.name == "scatter_test" and process.status == Status.ORIGIN
+    assert v.first_failure.name == "scatter_test"
