@@ -204,6 +204,8 @@ def nccl_own_error(event: Event) -> bool:
     (data/nccl.toml)."""
     words = _nccl_words()
     text = " ".join((event.message, str(event.attrs.get("what") or ""), str(event.attrs.get("detail") or "")))
+    if event.attrs.get("nccl_result") in words["peer"]["results"]:
+        return False
     return not any(w in text for w in words["peer"]["words"])
 
 

@@ -78,7 +78,7 @@ TEXT = {
                  "message[].structured.*", "message[].constants.*"],
     "next_steps": ["step[].id", "step[].when", "step[].title", "step[].why", "step[].action", "step[].command",
                    "step[].engines[]", "step[].vllm_at_least"],
-    "nccl": ["peer.words[]"],
+    "nccl": ["peer.words[]", "peer.results[]"],
     "noise": ["noise[].id"],
     "phases": ["startup.frames[].function", "startup.frames[].file", "startup.messages[]",
                "startup.exceptions[]"],

@@ -350,6 +350,8 @@ def test_a_stamped_error_line_of_another_process_comes_before_an_untimed_sanitiz
      Seen.PEER_LOSS),
     ("NCCL error: remote process exited or there was a network error", {}, Seen.PEER_LOSS),
     ("NCCL communicator was aborted on rank 3.", {}, Seen.PEER_LOSS),
+    ("init.cc:1350 -> 2", {"nccl_result": 2}, Seen.OWN_ERROR),          # NCCL's error trace: a system error
+    ("transport/net_ib.cc:1004 -> 6", {"nccl_result": 6}, Seen.PEER_LOSS),   # ncclRemoteError: a peer's
     ("misc/socket.cc:50 NCCL WARN Cuda failure 'an illegal memory access was encountered'", {}, Seen.OWN_ERROR),
     ("init.cc:497 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 both on CUDA device 1000", {},
      Seen.OWN_ERROR),

@@ -454,10 +454,15 @@ class _Run:
 
     def _traffic(self, line: Line, rec: Record, template: str, facts: dict) -> None:
         env = line.env
-        key = (env.pid, env.process, env.rank if env.rank is not None else rec.rank, env.host, template)
+        # the writer's pid as the event factory takes it: the envelope's, else the record
+        # header's (NCCL's host:pid:tid) - a rank that printed only INFO lines is a process
+        pid = env.pid if env.pid is not None else rec.pid
+        if rec.pid is not None and "journald" in env.wrappers:
+            pid = rec.pid
+        key = (pid, env.process, env.rank if env.rank is not None else rec.rank, env.host, template)
         entry = self.traffic.get(key)
         if entry is None:
-            entry = self.traffic[key] = Traffic(env.process, env.pid, key[2], template, self.source.relpath, env.host,
+            entry = self.traffic[key] = Traffic(env.process, pid, key[2], template, self.source.relpath, env.host,
                                                 first_line=line.lineno)
         entry.count += 1
         entry.last_line = line.lineno
