@@ -521,3 +521,11 @@ def test_the_command_a_sanitizer_paste_starts_with_names_its_program():
     (process,) = v.ranks
     assert process.name == "scatter_test" and process.status == Status.ORIGIN
     assert v.first_failure.name == "scatter_test"
+
+
+def test_only_relays_while_the_engine_starts_are_relay_only_in_the_startup_phase():
+    text = ("(EngineCore_DP0 pid=900) ERROR 12-04 09:00:05 [core.py:700] EngineCore failed to start.\n"
+            "(EngineCore_DP0 pid=900) ERROR 12-04 09:00:05 [core.py:700] Exception: WorkerProc initialization "
+            "failed due to an exception in a background process. See stack trace for root cause.\n")
+    v = analyze_text(text).verdict
+    assert v.failure_kind == FailureKind.RELAY_ONLY and v.environment.get("phase") == "startup"

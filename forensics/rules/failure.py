@@ -467,8 +467,9 @@ class FirstFailureRule(Rule):
         basis = (f"only relays of a failure are in the inputs ({', '.join(kinds)}, first at {first.where}): {died}, "
                  "but the failing process's own error is not in these inputs")
         verdict.first_failure = FirstFailure(None, None, first.time, basis, died, launcher[1] if launcher else None)
-        verdict.failure_kind = FailureKind.STARTUP if verdict.environment.get("phase") == "startup" else \
-            FailureKind.CUDA_ERROR if all(e.kind == Kind.XID for e in relays) else FailureKind.RELAY_ONLY
+        # (a relay while the engine starts is still only a relay: the phase says when)
+        verdict.failure_kind = FailureKind.CUDA_ERROR if all(e.kind == Kind.XID for e in relays) else \
+            FailureKind.RELAY_ONLY
         verdict.explain(f"Relay only: {basis}.")
 
 
