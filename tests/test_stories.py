@@ -529,3 +529,15 @@ def test_only_relays_while_the_engine_starts_are_relay_only_in_the_startup_phase
             "failed due to an exception in a background process. See stack trace for root cause.\n")
     v = analyze_text(text).verdict
     assert v.failure_kind == FailureKind.RELAY_ONLY and v.environment.get("phase") == "startup"
+
+
+@pytest.mark.parametrize(("group", "rank"), [("[PG 3 Rank 5]", 5), ("[PG ID 0 PG GUID 0(default_pg) Rank 5]", 5),
+                                             ("[PG ID 0 PG GUID 2 Rank 0]", None)])
+def test_the_rank_a_watchdogs_what_line_names_is_the_processs_in_the_default_group_only(group, rank):
+    text = ("terminate called after throwing an instance of 'c10::DistBackendError'\n"
+            f"  what():  {group} Process group watchdog thread terminated with exception: [Rank 5] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=8, NumelOut=8, "
+            "Timeout(ms)=600000) ran for 600020 milliseconds before timing out.\n")
+    case = analyze_text(text)
+    ranks = {e.rank for e in case.events if e.kind in (Kind.FATAL_SIGNAL, Kind.COLLECTIVE_TIMEOUT)}
+    assert ranks == {rank}

@@ -101,7 +101,14 @@ class EventFactory:
                 rec.format in untagged_main_formats():
             attrs.setdefault("untagged_record", rec.format)      # the main process's (timeline)
         if rank is None:
-            rank = _rank_in(rec.message if rec is not None and rec.message else message)
+            # the rank the text names about its own process: the record's message, else the
+            # event's (a block's), else a C++ exception's what() line
+            rank = _rank_in(rec.message) if rec is not None and rec.message else None
+            for text in (message, attrs.get("what")) if rank is None else ():
+                # (a block's text names a process group's rank: the run's rank only in the
+                # default group - a rank of its own single-rank group is 0 on every process)
+                if isinstance(text, str) and text and _default_group(text) and (rank := _rank_in(text)) is not None:
+                    break
         pid = env.pid if env.pid is not None else (rec.pid if rec is not None else None)
         if rec is not None and rec.pid is not None and "journald" in env.wrappers:
             pid = rec.pid        # journald's [pid] is the unit's main process; NCCL's is the writer
@@ -113,6 +120,15 @@ class EventFactory:
         return Event(kind=kind, message=message, source=self.relpath, line=line.lineno, severity=severity,
                      time=env.time, pid=pid, process=env.process, rank=rank, host=host, seq=self.seq,
                      attrs=freeze(attrs))
+
+
+_PG_GUID = re.compile(r"PG GUID (\d+)(\(default_pg\))?")
+
+
+def _default_group(text: str) -> bool:
+    """Whether the process group a line names is the default one (GUID 0, or marked so)."""
+    m = _PG_GUID.search(text[:200])
+    return m is None or m.group(1) == "0" or m.group(2) is not None
 
 
 def _rank_in(message: str) -> int | None:
