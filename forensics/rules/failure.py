@@ -625,7 +625,7 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
     if error is None and event is not None and event.kind == Kind.XID and \
             knowledge.xid_catalogue().get(event.attrs.get("xid"), {}).get("hang"):
         return FailureKind.HANG         # the GPU stopped answering (a GSP or context-switch timeout)
-    if error is not None or (event is not None and (event.kind in _DEVICE or (
+    if (error is not None and error.error.family != "nccl") or (event is not None and (event.kind in _DEVICE or (
             event.kind == Kind.CUDA_ERROR and _names_a_cuda_error(event)))):
         return FailureKind.CUDA_ERROR
     if env.get("phase") == "startup":
@@ -687,7 +687,15 @@ def _out_of_memory(event: Event) -> bool:
 def _names_a_cuda_error(event: Event) -> bool:
     """A CUDA error line that names which error (NCCL's "unhandled cuda error" says only
     that some CUDA call inside NCCL failed: the process failed, what surfaced is unknown)."""
-    return event.attrs.get("cuda_error") is not None
+    error = event.attrs.get("cuda_error")
+    if error is None:
+        return False
+    if getattr(error, "family", "cuda") != "nccl":
+        return True
+    # NCCL's "Last error:" detail may name the CUDA failure ("Cuda failure 1 'invalid argument'")
+    detail = " ".join(str(event.attrs.get(k) or "") for k in ("detail", "exception_message"))
+    found = knowledge.find_cuda_error(detail) if "uda" in detail else None
+    return found is not None and found.error.family == "cuda"
 
 
 def missing_ranks(evidence: Evidence, environment) -> list[int]:
@@ -934,7 +942,9 @@ def _most_telling(own: list[Event]) -> list[Event]:
     """A process's first-hand failures with the one that says most first: a CUDA error
     over the "WorkerProc hit an exception" header printed above it, in time order otherwise."""
     if any(e.kind in _TELLING[:2] for e in own):
-        return sorted(own, key=lambda e: e.kind not in _TELLING[:2])
+        # (a CUDA error that names which one before NCCL's "unhandled cuda error" around it)
+        return sorted(own, key=lambda e: (e.kind not in _TELLING[:2],
+                                          e.kind == Kind.CUDA_ERROR and not _names_a_cuda_error(e)))
     return sorted(own, key=lambda e: e.kind not in _TELLING)
 
 
