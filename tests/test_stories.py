@@ -541,3 +541,11 @@ def test_the_rank_a_watchdogs_what_line_names_is_the_processs_in_the_default_gro
     case = analyze_text(text)
     ranks = {e.rank for e in case.events if e.kind in (Kind.FATAL_SIGNAL, Kind.COLLECTIVE_TIMEOUT)}
     assert ranks == {rank}
+
+
+def test_a_process_whose_own_error_is_a_wait_that_ran_out_is_a_hang():
+    text = ("Traceback (most recent call last):\n"
+            '  File "/app/serve/executor.py", line 250, in get_response\n'
+            "    raise TimeoutError(f'RPC call to {method} timed out.')\n"
+            "TimeoutError: RPC call to execute_model timed out.\n")
+    assert analyze_text(text).verdict.failure_kind == FailureKind.HANG

@@ -646,6 +646,11 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
     if event.kind == Kind.FATAL_SIGNAL:
         signal = event.attrs.get("signal_name") or event.attrs.get("signal_text")
         return FailureKind.WORKER_KILLED if signal in ("Killed", "SIGKILL") else FailureKind.FATAL_SIGNAL
+    if event.kind == Kind.EXCEPTION and (str(event.attrs.get("exception_type") or "").endswith("TimeoutError")
+                                         or hang_timeouts(evidence)):
+        # what it raised is a wait that ran out (on its workers, in a collective): something
+        # below it stopped answering - a hang seen from above
+        return FailureKind.HANG
     return FailureKind.PYTHON_EXCEPTION
 
 
