@@ -747,3 +747,28 @@ def test_a_pickled_crash_dump_is_named_and_never_loaded(tmp_path):
     run = run_cli("analyze", bundle, seconds=30, rss_mb=200)
     assert found_the_error(run) and "pickle" in run.out and "never loaded" in run.out
     assert not marker.exists()
+
+
+def test_a_process_name_taken_from_a_message_is_inert_in_every_report():
+    """A name a message gives (Ray's memory monitor names the killed task) reaches the
+    first failure and the causal chain: escaped there like any log text."""
+    name = "Evil\x1b]8;;http://x\x07<img src=x onerror=alert`1`>@team"
+    text = (f"Memory on the node (IP: 10.1.2.3, ID: 5e1f) where the task (actor ID: 0a9c, name={name}, pid=4417, "
+            "memory used=30.02GB) was running was 61.20GB / 64.00GB (0.956250), which exceeds the memory usage "
+            "threshold of 0.95. Ray killed this worker (ID: 77b0) because it was the most recently scheduled task\n")
+    from forensics.report import Options, render
+    from forensics.report.document import build
+    from tests.helpers import analyze_text
+    case = analyze_text(text)
+    assert any("Evil" in (r.name or "") for r in case.verdict.ranks)     # the name did reach the verdict
+    for fmt in ("terminal", "markdown"):
+        out = io.StringIO()
+        render(build(case), fmt, out, Options(width=100, color=False, redact=False, full=True))
+        report = out.getvalue()
+        assert ESC not in report and "\x07" not in report
+        if fmt == "markdown":
+            from markdown_it import MarkdownIt
+            page = MarkdownIt("commonmark", {"html": True}).render(report)
+            assert "<img" not in page                    # shown as text or code, never an element
+            prose = re.sub(r"<code[^>]*>.*?</code>", "", page, flags=re.S)   # GitHub links no mention in code
+            assert "@team" not in prose                  # broken by a zero-width space: no mention

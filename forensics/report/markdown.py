@@ -158,10 +158,10 @@ def _chain(document: dict) -> list[str]:
     origin, faulting = v["origin"], v["faulting_process"]
     if origin:
         src = origin["evidence"][0]["source"] if origin["evidence"] else "no source"
-        steps.append(f"{md_code(origin['kernel'])} on {origin['who']}: {md_prose(origin['fault'])} "
+        steps.append(f"{md_code(origin['kernel'])} on {md_text(origin['who'])}: {md_prose(origin['fault'])} "
                      f"\\[{origin['confidence']} confidence; {md_code(src)}\\]")
     elif faulting:
-        steps.append(f"{faulting['who']} faulted on the device ({md_prose(faulting['fault'])}); "
+        steps.append(f"{md_text(faulting['who'])} faulted on the device ({md_prose(faulting['fault'])}); "
                      "no evidence names the kernel")
     elif v["error"] and v["error"]["sticky"]:
         steps.append("an earlier kernel faulted asynchronously (not named by any evidence)")
@@ -172,11 +172,11 @@ def _chain(document: dict) -> list[str]:
             else "a host call"
         if s.get("caller"):
             where += f" (called from {md_code(s['caller'])})"
-        steps.append(f"{s['who']} noticed it: {api}{where} raised {md_code(s['exception'])} "
+        steps.append(f"{md_text(s['who'])} noticed it: {api}{where} raised {md_code(s['exception'])} "
                      f"({md_text(s['how'])}) \\[{md_code(s['source'])}\\]")
     first = v["first_failure"]
     if first and not v["surfaces"] and not origin:
-        steps.append(f"first failure: {first['who']} - {md_prose(first['basis'])}")
+        steps.append(f"first failure: {md_text(first['who'])} - {md_prose(first['basis'])}")
     collateral = [r for r in document["ranks"] if r["status"] == "collateral"]
     for r in collateral[:16]:
         steps.append(f"{md_text(r['who'])} went down as collateral: {md_prose(r['failure'] or '')}")

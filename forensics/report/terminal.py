@@ -189,7 +189,7 @@ def _verdict_panel(document: dict, plain_output: bool, compact: bool = False):
     if origin:
         lines.append(_row("Origin", (plain(origin["kernel"]), "origin"),
                           (f" at {plain(origin['location'])}" if origin.get("location") else ""),
-                          f" on {origin['who']}: {plain(origin['fault'])}",
+                          f" on {plain(origin['who'])}: {plain(origin['fault'])}",
                           (f"  confidence {origin['confidence']}", "label")))
         if origin.get("launch_site"):
             lines.append(Text(f"        launched from {plain(origin['launch_site'])}", style="note"))
@@ -200,17 +200,17 @@ def _verdict_panel(document: dict, plain_output: bool, compact: bool = False):
             lines.append(Text(f"        {plain(note)}", style="note"))
     elif faulting:
         lines.append(_row("Origin", ("kernel unknown", "collateral"),
-                          f" - {faulting['who']} faulted on the device: {plain(faulting['fault'])}"))
+                          f" - {plain(faulting['who'])} faulted on the device: {plain(faulting['fault'])}"))
     elif v["origin_unknown"]:
         lines.append(_row("Origin", ("unknown", "collateral"), f" - {v['origin_unknown']}"))
     first = v["first_failure"]
     if first:
-        lines.append(_row("First", f"{first['who']}: {plain(first['basis'])}"))
+        lines.append(_row("First", f"{plain(first['who'])}: {plain(first['basis'])}"))
         if first.get("launcher_opinion"):
             lines.append(Text(f"        {plain(first['launcher_opinion'])}", style="note"))
     collateral = [r for r in document["ranks"] if r["status"] == "collateral"]
     if collateral:
-        names = ", ".join(r['who'] for r in collateral[:12]) + \
+        names = ", ".join(plain(r['who']) for r in collateral[:12]) + \
             (f" ... ({len(collateral)} in all; --format json lists them)" if len(collateral) > 12 else "")
         lines.append(_row("Collat.", plain(names)))
     hardware = v.get("hardware")
