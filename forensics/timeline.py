@@ -179,10 +179,11 @@ class ProcessTable:
         beside compute-sanitizer's log of it, which gives its pid): the program's
         unsigned lines are that process's - there is no other one they could be.  Not a
         process known only from another's report of it (a launcher's record of its
-        child): the unsigned lines are then the reporter's."""
+        child): the unsigned lines are then the reporter's.  The kernel's Xid line naming a
+        pid counts: it is the driver saying whose GPU work that was."""
         known = self.processes()
         if len(known) == 1 and known[0].pid is not None and \
-                any(e.pid in known[0].pids and not e.attrs.get("subject_pid") for e in events):
+                any(e.pid in known[0].pids and (e.kind == Kind.XID or not e.attrs.get("subject_pid")) for e in events):
             self._sole = known[0].key
 
     def _settle_v0_engine(self, events: list[Event]) -> None:

@@ -549,3 +549,33 @@ def test_a_process_whose_own_error_is_a_wait_that_ran_out_is_a_hang():
             "    raise TimeoutError(f'RPC call to {method} timed out.')\n"
             "TimeoutError: RPC call to execute_model timed out.\n")
     assert analyze_text(text).verdict.failure_kind == FailureKind.HANG
+
+
+def test_the_one_process_the_inputs_name_takes_the_unsigned_lines_of_an_unprefixed_file():
+    from tests.helpers import analyze_texts
+    # the GPU recordings' shape: the program's console and compute-sanitizer's log, both
+    # unprefixed (so neither is "the main process" of its own), and the kernel's Xid line
+    # naming the one pid
+    case = analyze_texts({
+        "console.log": "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+        "sanitizer.log": "========= COMPUTE-SANITIZER\n========= Invalid __global__ write of size 4 bytes\n"
+                         "=========     at scatter_kernel(float *, int)+0x70 in scatter.cu:12\n"
+                         "=========     by thread (3,0,0) in block (0,0,0)\n=========\n"
+                         "========= ERROR SUMMARY: 1 error\n",
+        "dmesg.txt": "[ 8812.402021] NVRM: Xid (PCI:0000:4c:00): 31, pid=4242, name=python3, Ch 00000008, intr 0. "
+                     "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f12_34560000. Fault is of type "
+                     "FAULT_PDE ACCESS_TYPE_VIRT_WRITE\n",
+    })
+    v = case.verdict
+    assert [r.pid for r in v.ranks] == [4242]
+    assert all(s.pid == 4242 for s in v.surfaces) and v.surfaces
+
+
+def test_a_file_with_prefixes_keeps_its_unprefixed_lines_unsigned_beside_one_process():
+    from tests.helpers import analyze_texts
+    case = analyze_texts({
+        "server.log": "(VllmWorker pid=4242) INFO 12-04 09:00:00 [worker.py:1] loading weights\n"
+                      "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+    })
+    raw = next(e for e in case.events if e.line == 2)
+    assert case.processes.info_of(raw) is None
