@@ -209,14 +209,17 @@ def nccl_own_error(event: Event) -> bool:
     return not any(w in text for w in words["peer"]["words"])
 
 
-def seen_in(event: Event, role: str | None, first_timeout: Event | None) -> Seen | None:
+def seen_in(event: Event, role: str | None, first_timeout: Event | None, nothing_else_failed: bool = False) -> Seen | None:
     """What ``event`` says about the process that printed it (None: nothing that
-    decides how it went down)."""
+    decides how it went down).  ``nothing_else_failed``: no line of the run is an error,
+    so an API error that does not stick (a warning) is the failure (as the reported
+    error is then: rules/errors.py tool_reported_errors)."""
     kind = event.kind
     if kind == Kind.SANITIZER and event.attrs.get("report") == "api_error":
         # compute-sanitizer's "Program hit <error> on CUDA API call to <api>": the
         # program's own host call failing, seen by the tool (not a probe it expects to fail)
-        return Seen.OWN_ERROR if event.severity >= Severity.ERROR and event.attrs.get("cuda_error") else None
+        level = Severity.WARNING if nothing_else_failed else Severity.ERROR
+        return Seen.OWN_ERROR if event.severity >= level and event.attrs.get("cuda_error") else None
     device = _device_fault(event)
     if device is not None:
         if device:
@@ -293,11 +296,12 @@ def tell(events, table: ProcessTable) -> Stories:
     """Every process's story, from the events of the run (earlier runs left out)."""
     current = [e for e in events if not e.attrs.get("earlier_run")]
     first_timeout = first_timeout_event(current)
+    nothing_else_failed = not any(e.severity >= Severity.ERROR for e in current)
     per_key: dict[str, list[Observation]] = {}
     unattributed: list[Observation] = []
     for event in current:
         info = table.info_of(event)
-        seen = seen_in(event, info.role if info else event.role, first_timeout)
+        seen = seen_in(event, info.role if info else event.role, first_timeout, nothing_else_failed)
         if seen is not None:
             observation = Observation(seen, event)
             if info is None:

@@ -579,3 +579,16 @@ def test_a_file_with_prefixes_keeps_its_unprefixed_lines_unsigned_beside_one_pro
     })
     raw = next(e for e in case.events if e.line == 2)
     assert case.processes.info_of(raw) is None
+
+
+def test_a_sanitizer_api_error_that_does_not_stick_is_the_failure_when_nothing_else_is():
+    """Only compute-sanitizer saw the program's call fail, with an error that does not
+    stick (209 while NCCL starts): the reported error and the process's failure agree
+    (no 'healthy' beside an error code)."""
+    text = ('========= Program hit CUDA_ERROR_NO_BINARY_FOR_GPU (error 209) due to "no kernel image is available '
+            'for execution on the device" on CUDA API call to cuModuleLoadData.\n'
+            "=========     Saved host backtrace up to driver entry point at error\n"
+            "=========         Host Frame: ncclInitKernelsForDevice in enqueue.cc:57 [0x4f1c2] in libnccl.so.2\n")
+    case = analyze_text(text)
+    _consistency(case)
+    assert case.verdict.error is not None and case.verdict.failed
