@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import json
 import random
 import re
 from pathlib import Path
@@ -127,6 +128,38 @@ def generate(out: Path, size: int, mode: str = "realistic", source: Path = SOURC
         fh.writelines(body())
         fh.write(crash_text)
     return target
+
+
+def crash_offset(target: Path, source: Path = SOURCE) -> int:
+    """How many lines later the crash's lines are in the bundle than in ``source``: the
+    traffic before it in a single-file bundle; in a folder, whose crash file holds the
+    crash without the recording's serving lines, a negative number."""
+    if target.is_dir():
+        target = target / "zz_crash.log"
+    opener = gzip.open if target.suffix == ".gz" else open
+    with opener(target, "rb") as fh:
+        total = sum(block.count(b"\n") for block in iter(lambda: fh.read(1 << 20), b""))
+    return total - source.read_bytes().count(b"\n")
+
+
+_POSITION = re.compile(r"[^\s\"'(]*?([\w.-]+\.log(?:\.gz)?):(\d+)")
+# what a bundle may say differently from its crash alone: where the inputs were, how many
+# lines it read, the rules' prose (it quotes counts)
+_NOT_COMPARED = ("explanation", "notes", "rule_failures")
+
+
+def verdict_fields(document: dict, offset: int = 0) -> dict:
+    """The verdict of a report document, field by field, with every ``file.log:N``
+    position made relative to the crash (``N - offset``, the file's name without its
+    folder) and each process's status beside it: what must not change when a crash is
+    buried in traffic."""
+    def place(match: re.Match) -> str:
+        name = "crash.log" if match.group(1).startswith(("console.log", "zz_crash.log")) else match.group(1)
+        return f"{name}:{int(match.group(2)) - offset}"
+    verdict = {k: v for k, v in document["verdict"].items() if k not in _NOT_COMPARED}
+    fields = json.loads(_POSITION.sub(place, json.dumps(verdict)))
+    fields["statuses"] = sorted((s["who"], s["status"]) for s in document["stories"])
+    return fields
 
 
 def main() -> None:

@@ -10,12 +10,21 @@ block still open (a traceback's frames carry no anchor) and the file's first and
 lines - reach the grammars.  A hit line whose template (``template_of``) repeated more
 than REPEAT_CAP times is counted, not parsed: an error storm costs a dictionary lookup a
 line.  Every other line is counted (``counted_lines``), never silently lost.
+
+A storm must never count away what decides the verdict.  So a template is keyed by who
+printed it and where as well as by its words (``identity_of``: the rank, pid, TP/DP tag
+or task label of the line's prefix and the logger's source site are kept verbatim), and a
+counted line is held: when a hit with a template never seen before follows it within
+BACKFILL_LINES lines of the same block, the held line and every line after it are parsed
+(a crash's ``Traceback (most recent call last):`` header looks like a thousand request
+tracebacks before it; its exception line does not).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 from array import array
 from collections import deque
 from typing import BinaryIO, Callable, Iterator
@@ -31,6 +40,8 @@ HEAD_LINES = 1000           # the first lines of a file: start-up (versions, con
 REPEAT_CAP = 200            # hit lines of one template parsed before the rest are counted
 MAX_TEMPLATES = 100_000     # templates tracked (memory stays bounded on all-distinct lines)
 MAX_LINE = 1 << 20
+BACKFILL_LINES = 400        # lines from a held (counted) line to a new hit that are parsed after all
+IDENTITY_BYTES = 160        # the head of a line where its prefix names the process
 
 
 @functools.lru_cache(maxsize=None)
@@ -67,6 +78,25 @@ def template_of(raw: bytes) -> bytes:
     return b" ".join(out)
 
 
+@functools.lru_cache(maxsize=None)
+def _identity_patterns() -> tuple[tuple[re.Pattern, ...], re.Pattern]:
+    data = knowledge.load("prefilter")["identity"]
+    return tuple(re.compile(p.encode()) for p in data["patterns"]), re.compile(data["tag"].encode())
+
+
+def identity_of(raw: bytes) -> bytes:
+    """Who printed a line and from where, from its head (data/prefilter.toml [identity]):
+    the rank, pid, TP/DP tag, task label and logger site, joined; b"" when none."""
+    head = raw[:IDENTITY_BYTES]
+    patterns, tag = _identity_patterns()
+    found = b"\0".join([m.group() for m in map(lambda p: p.search(head), patterns) if m is not None])
+    if head[:1].isdigit() or head[:1] == b"[":
+        m = tag.match(head)
+        if m is not None:
+            found += b"\0" + m.group()
+    return found
+
+
 class Scanner:
     """Yields (line number, text) of the lines to parse; counts the others.
 
@@ -86,6 +116,11 @@ class Scanner:
         self._quick: dict[bytes, bytes] = {}
         self._last: dict[bytes, tuple[int, bytes]] = {}
         self._hits = hits
+        # the last run of counted hit lines, one right after the other, up to BACKFILL_LINES:
+        # (offset in the block, line number, template) of each
+        self._held: deque[tuple[int, int, bytes]] = deque(maxlen=BACKFILL_LINES)
+        self._held_template = b""
+        self._new = False           # whether the last hit's template was seen for the first time
         self._next_hit: int | None = None
         self._base = 0              # absolute offset of the current block
 
@@ -140,6 +175,7 @@ class Scanner:
             else:
                 carry, block = block[cut + 1:], block[: cut + 1]
             pos = 0
+            self._held.clear()      # held lines are looked back for within one block
             starts = self._block_hits(block) if self._hits is not None else _hit_lines(block)
             self._base += len(block)
             cursor, cursor_line = 0, lineno          # a monotonic line counter for repeats
@@ -151,18 +187,39 @@ class Scanner:
                     cursor = start
                     if self._repeats(block, start, cursor_line + 1):
                         # an error storm: this line and the lines before it are counted,
-                        # even inside an open block (its other lines repeat too)
+                        # even inside an open block (its other lines repeat too); the line
+                        # is held in case a new hit shows it opened something that matters
+                        if self._held and self._held[-1][1] != cursor_line:
+                            self._held.clear()      # not the next line of the run held
+                        self._held.append((start, cursor_line + 1, self._held_template))
                         cursor_line += 1
                         cursor = pos = block.index(b"\n", start) + 1
                         self.counted += cursor_line - lineno
                         lineno = cursor_line
                         continue
+                held = self._held
+                if start < len(block) and held and lineno == held[-1][1] and self._new:
+                    # a new hit after counted ones: parse the run of counted lines right
+                    # before it - the block they may have opened - in place (uncounted:
+                    # they are parsed after all)
+                    pos, lineno = held[0][0], lineno - len(held)
+                    self.counted -= len(held)
+                    self.repeated -= len(held)
+                    for _, number, template in held:
+                        if self._last.get(template, (None,))[0] == number:
+                            del self._last[template]
+                    while pos < start:
+                        end = block.index(b"\n", pos)
+                        lineno += 1
+                        yield emit(lineno, block[pos:end])
+                        pos = end + 1
                 while pos < start and (after > 0 or self.busy()):
                     end = block.index(b"\n", pos)
                     lineno += 1
                     yield emit(lineno, block[pos:end])
                     after -= 1
                     pos = end + 1
+                held.clear()
                 if pos < start:
                     count = block.count(b"\n", pos, start)
                     keep = CONTEXT_BEFORE if start < len(block) else self.tail_lines
@@ -209,13 +266,15 @@ class Scanner:
         raw = block[start:end if end >= 0 else start + 4096]
         # the exact text without its digits first (C speed: a storm repeats it), the
         # word template when that is new (a request id, a hash, a pointer differ per line)
-        quick = raw[:512].translate(None, b"0123456789")
+        identity = identity_of(raw)
+        quick = raw[:512].translate(None, b"0123456789") + b"\1" + identity
         template = self._quick.get(quick)
         if template is None:
-            template = template_of(raw)
+            template = template_of(raw) + b"\1" + identity
             if len(self._quick) < MAX_TEMPLATES:
                 self._quick[quick] = template
         seen = self._templates.get(template, 0) + 1
+        self._new = seen == 1
         if seen <= REPEAT_CAP:
             if len(self._templates) < MAX_TEMPLATES:
                 self._templates[template] = seen
@@ -223,6 +282,7 @@ class Scanner:
         self._templates[template] = seen
         self.repeated += 1
         self._last[template] = (number, raw)
+        self._held_template = template
         return True
 
     def _block_hits(self, block: bytes) -> list[int]:

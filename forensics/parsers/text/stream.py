@@ -206,6 +206,7 @@ class _Run:
         self.last_error: int | None = None     # the last error line, whose raw continuations may follow
         self.detail_follows: int | None = None  # the line of NCCL's "Last error:": the next line says what failed
         self.lineno = 0                          # the line being read
+        self.highest = 0                         # the highest line number read so far
         self.cut_message = None                  # (event index, line, record, text) of a message cut mid-word
         self.block_line = 0                      # the last line an open block took
         self.last_record: dict[tuple, tuple[int, Record]] = {}   # per stream: the last leveled record
@@ -294,7 +295,8 @@ class _Run:
     def _line(self, line: Line) -> None:
         out = self.out
         out.lines += 1
-        self.lineno = line.lineno
+        replayed, previous = line.lineno < self.highest, self.lineno
+        self.lineno, self.highest = line.lineno, max(self.highest, line.lineno)
         if (not line.text or line.text.isspace()) and not self._busy():
             # blank lines between records (and files of nothing else): counted, no parse
             out.noise_lines += 1
@@ -303,6 +305,11 @@ class _Run:
         text = rec.message
         header = rec.header
         key = self._key(line, rec)
+        if replayed and line.lineno != previous + 1:
+            # an error storm's last occurrences, handed over after the file's end
+            # (parsers/scan.py): nothing open before them continues into them
+            for open_key in list(self.open):
+                self._close(open_key)
 
         if is_sanitizer_line(text, self.sanitizer_seen):
             self.sanitizer_seen = True
