@@ -281,10 +281,12 @@ def subjects(event: Event, table: ProcessTable) -> list[tuple[ProcessInfo | None
             (event.kind == Kind.SHUTDOWN and event.attrs.get("subject_pid") is not None):
         pid = event.attrs.get("subject_pid")
         info = table.by_pid(pid) if pid is not None else table.by_name(event.attrs.get("subject_process"))
-        if info is None and isinstance(event.attrs.get("subject_rank"), int):
-            info = table.by_rank(event.attrs["subject_rank"])
-        if info is None and pid is None and event.attrs.get("subject_rank") is None \
-                and not event.attrs.get("subject_process"):
+        rank = event.attrs.get("subject_rank")
+        if rank is None and pid is None and event.kind == Kind.CHILD_FAILED:
+            rank = event.attrs.get("local_rank")   # the child's command line gave its --local_rank
+        if info is None and isinstance(rank, int):
+            info = table.by_rank(rank)
+        if info is None and pid is None and rank is None and not event.attrs.get("subject_process"):
             return []
         if event.kind == Kind.EXIT and event.attrs.get("exit_code") in (None, 0):
             return []

@@ -402,6 +402,14 @@ class ProcessTable:
             known = self.by_name(name)
             self._from_name(known or self._info(f"rank:{rank}" if rank is not None else f"name:{name}"), name)
         subject_rank = event.attrs.get("subject_rank")
+        if event.kind == Kind.CHILD_FAILED and subject_rank is None and subject_pid is None and \
+                isinstance(event.attrs.get("local_rank"), int):
+            # a launcher quoting the command of the child that failed, by its --local_rank
+            # (DeepSpeed, torch.distributed.launch): that rank of the node, known only so
+            other = self._info(f"rank:{event.attrs['local_rank']}")
+            other.rank, other.role = event.attrs["local_rank"], other.role or "worker"
+            other.rank_basis = other.rank_basis or f"{event.where}: local rank of a failed child's command"
+            self._died.setdefault(id(other), event.time)
         if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED) and isinstance(subject_rank, int) and subject_pid is None:
             other = self._info(f"rank:{subject_rank}")      # "MPI_ABORT was invoked on rank 2", "Shard 1 crashed"
             other.rank, other.role = subject_rank, other.role or "worker"

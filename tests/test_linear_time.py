@@ -45,6 +45,7 @@ from tests.pumps import Pump, linear, pumps
 # (checked here) or text, never overlooked.
 
 REGEX = {
+    "prefilter": ["identity.patterns[]", "identity.tag"],
     "cuda_error_forms": ["form[].pattern"],
     "cuda_errors": ["recognise.patterns[]"],
     "environment_facts": ["fact[].pattern"],

@@ -295,7 +295,9 @@ class _Run:
     def _line(self, line: Line) -> None:
         out = self.out
         out.lines += 1
-        replayed, previous = line.lineno < self.highest, self.lineno
+        # (only the fast path hands lines over out of order; a newest-first file is
+        # re-ordered by its reader with its own line numbers)
+        replayed, previous = self.scanner is not None and line.lineno < self.highest, self.lineno
         self.lineno, self.highest = line.lineno, max(self.highest, line.lineno)
         if (not line.text or line.text.isspace()) and not self._busy():
             # blank lines between records (and files of nothing else): counted, no parse
