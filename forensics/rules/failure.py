@@ -626,7 +626,7 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
             knowledge.xid_catalogue().get(event.attrs.get("xid"), {}).get("hang"):
         return FailureKind.HANG         # the GPU stopped answering (a GSP or context-switch timeout)
     if (error is not None and error.error.family != "nccl") or (event is not None and (event.kind in _DEVICE or (
-            event.kind == Kind.CUDA_ERROR and _names_a_cuda_error(event)))):
+            event.kind == Kind.CUDA_ERROR and (_names_a_cuda_error(event) or event.attrs.get("error_family") == "cuda")))):
         return FailureKind.CUDA_ERROR
     if env.get("phase") == "startup":
         # the program never started serving (whatever failed while it started)

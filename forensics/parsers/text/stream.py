@@ -34,6 +34,7 @@ from forensics.parsers.text.lines import LineParser, Record, Stamp, site_formats
 # Inputs at least this large (decompressed, as far as the listing knows) take the fast
 # path (scan.py): only lines near an anchor are parsed, the rest counted.
 FAST_PATH_BYTES = 8 << 20
+CONTINUES_LINES = 40        # how far back a line that only continues an error looks for it
 BUSY_LINES = 64            # lines an open block keeps the fast path feeding without taking one
 TRAFFIC_EXAMPLES = 2
 TB_AT_END = "Traceback (most recent call last):"
@@ -370,6 +371,19 @@ class _Run:
 
         self._single(line, rec, text)
 
+    def _continues(self, line: Line, rec: Record, kind: str) -> bool:
+        """Whether an event of ``kind`` of this line's writer came just before it (within
+        CONTINUES_LINES lines, among its last few events): the line then continues it
+        (torch's advice under its CUDA error)."""
+        writer = (line.env.pid if line.env.pid is not None else rec.pid, line.env.rank if line.env.rank is not None
+                  else rec.rank, line.env.process)
+        for event in reversed(self.out.events[-5:]):
+            if line.lineno - event.line > CONTINUES_LINES:
+                break
+            if event.kind.value == kind and (event.pid, event.rank, event.process) == writer:
+                return True
+        return False
+
     def _single(self, line: Line, rec: Record, text: str) -> None:
         out = self.out
         self._count(rec.format)
@@ -390,6 +404,12 @@ class _Run:
             if traffic is not None:
                 self._traffic(line, rec, traffic, attrs)
                 return
+            if attrs.get("continues") and self._continues(line, rec, attrs["continues"]):
+                out.event_lines += 1        # part of the error just before it (data/messages.toml)
+                return
+            if attrs.get("says"):
+                attrs = {k: v for k, v in attrs.items() if k not in ("says", "continues")}
+                text = decided[2]["says"]
             out.events.append(self.make.at(line, rec)(kind, text, severity, attrs))
             out.event_lines += 1
             self.last_error = len(out.events) - 1 if severity >= Severity.ERROR else None
