@@ -145,3 +145,23 @@ def test_a_native_stack_that_shows_the_process_going_down_is_its_fatal_end():
                 "/lib/x86_64-linux-gnu/libstdc++.so.6(+0xdc253) [0x7fdb8764e253]\n"
                 "/lib/x86_64-linux-gnu/libc.so.6(+0x94ac3) [0x7fdb899c4ac3]\n")
     assert analyze_text(ordinary).verdict.failure_kind is None
+
+
+def test_the_drivers_core_dump_start_makes_a_cut_traceback_a_cuda_error():
+    # the exception line naming the error cut off, the driver's first core dump line above
+    # the scheduler's traceback (https://github.com/sgl-project/sglang/issues/6732 shape)
+    text = ("Starting GPU coredump generation, set the CUDA_COREDUMP_SHOW_PROGRESS environment variable to 1 to "
+            "enable more detailed output\n"
+            "[2025-05-27 04:36:06 DP1 TP4] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/srv/sglang/managers/tp_worker_overlap_thread.py", line 193, in resolve_last_batch_result\n'
+            "    copy_done.synchronize()\n"
+            '  File "/venv/lib/python3.10/site-packages/torch/cuda/streams.py", line 224, in synchronize\n'
+            "    super().synchronize()\n")
+    case = analyze_text(text)
+    v = case.verdict
+    assert v.failure_kind == FailureKind.CUDA_ERROR and v.error is None
+    assert v.first_failure.rank == 4
+    (row,) = [r for r in v.ranks if r.rank == 4]
+    assert row.status == Status.SURFACED
+    (surface,) = v.surfaces
+    assert (surface.file.rsplit("/", 1)[-1], surface.line) == ("streams.py", 224)

@@ -626,7 +626,7 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
             knowledge.xid_catalogue().get(event.attrs.get("xid"), {}).get("hang"):
         return FailureKind.HANG         # the GPU stopped answering (a GSP or context-switch timeout)
     if (error is not None and error.error.family != "nccl") or (event is not None and (event.kind in _DEVICE or (
-            event.kind == Kind.CUDA_ERROR and (_names_a_cuda_error(event) or event.attrs.get("error_family") == "cuda")))):
+            event.kind == Kind.CUDA_ERROR and _a_cuda_error(event)))) or _own_cuda_error_beside(evidence, event):
         return FailureKind.CUDA_ERROR
     if env.get("phase") == "startup":
         # the program never started serving (whatever failed while it started)
@@ -687,6 +687,24 @@ _OOM_ERRORS = frozenset({"CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation"
 def _out_of_memory(event: Event) -> bool:
     error = event.attrs.get("cuda_error")
     return error is not None and getattr(error, "name", None) in _OOM_ERRORS
+
+
+def _own_cuda_error_beside(evidence: Evidence, event: Event | None) -> bool:
+    """Whether the process whose failure ``event`` is also reported a CUDA error of its own
+    (its traceback cut before the error's line, the driver's core dump start above it):
+    what it failed of is that error."""
+    if event is None:
+        return False
+    story = next((s for s in evidence.stories.stories if any(o.event is event for o in s.observations)), None)
+    return story is not None and any(o.event.kind == Kind.CUDA_ERROR and _a_cuda_error(o.event)
+                                     for o in story.all(Seen.OWN_ERROR))
+
+
+def _a_cuda_error(event: Event) -> bool:
+    """A CUDA error of the process: one the line names, or one whose name it does not say
+    but whose family it does (torch's advice printed under a CUDA error: data/messages.toml
+    error_family)."""
+    return _names_a_cuda_error(event) or event.attrs.get("error_family") == "cuda"
 
 
 def _names_a_cuda_error(event: Event) -> bool:
@@ -860,7 +878,7 @@ class RankStatuses(Rule):
                 # the one that failed first: its kernels read what the failed rank left
                 status, failure = (Status.COLLATERAL, f"reported {verdict.error.name} after rank {first.rank} "
                                    "failed (through memory or a collective they share)")
-            elif (e.kind == Kind.CUDA_ERROR and _names_a_cuda_error(e)) or e.kind == Kind.DEVICE_ASSERT or \
+            elif (e.kind == Kind.CUDA_ERROR and _a_cuda_error(e)) or e.kind == Kind.DEVICE_ASSERT or \
                     (e.kind == Kind.SANITIZER and reported(e) is not None):    # a host call failing, seen by the tool
                 status, failure = Status.SURFACED, describe(e)
             elif e.kind in (Kind.OOM, Kind.FATAL_SIGNAL) or is_first or first is None or first.rank is None:
