@@ -152,7 +152,10 @@ def consequence_of_timeout(event: Event, first_timeout: Event | None = None) -> 
         return False
     text = event.message + " " + str(event.attrs.get("what") or "")
     if any(w in text for w in _TIMEOUT_WORDS):
-        return True
+        # an exception that timed out with no collective timing out anywhere in the run
+        # (an engine's TimeoutError waiting on its workers' message queue) is the
+        # process's own failure: what stopped answering is below it
+        return event.kind != Kind.EXCEPTION or first_timeout is not None
     return (event.kind == Kind.FATAL_SIGNAL and not event.attrs.get("what") and first_timeout is not None
             and event.attrs.get("cxx_type") in knowledge.watchdog_exceptions() and after(event, first_timeout))
 

@@ -165,3 +165,29 @@ def test_the_drivers_core_dump_start_makes_a_cut_traceback_a_cuda_error():
     assert row.status == Status.SURFACED
     (surface,) = v.surfaces
     assert (surface.file.rsplit("/", 1)[-1], surface.line) == ("streams.py", 224)
+
+
+def test_an_engines_timeout_on_its_workers_is_its_own_failure_of_kind_hang_where_the_cause_raised():
+    # vLLM's engine core: the shm_broadcast read times out, the busy loop dies of it, the
+    # paste cut inside that second traceback (https://github.com/vllm-project/vllm/issues/23068 shape)
+    head = "(EngineCore pid=222) ERROR 08-15 11:20:19 [core.py:1361] "
+    text = "".join(head + line + "\n" for line in (
+        '  File "/venv/lib/python3.12/site-packages/vllm/distributed/device_communicators/shm_broadcast.py", '
+        "line 647, in timeout_ms",
+        "    raise TimeoutError",
+        "TimeoutError",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 1352, in run_engine_core',
+        "    engine_core.run_busy_loop()",
+        '  File "/venv/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 1393, in run_busy_loop'))
+    case = analyze_text(text)
+    v = case.verdict
+    assert v.failure_kind == FailureKind.HANG
+    assert v.first_failure.pid == 222
+    (surface,) = v.surfaces
+    assert (surface.file.rsplit("/", 1)[-1], surface.line, surface.function) == ("shm_broadcast.py", 647, "timeout_ms")
+    (event,) = [e for e in case.events if e.chain]
+    assert event.message.startswith("TimeoutError") and event.attrs["cut"]

@@ -220,14 +220,15 @@ class SurfacePoints(Rule):
 
 
 def _error_before_the_cut(event: Event) -> bool:
-    """Whether the exception that carries the CUDA error came out whole before the chain
-    was cut: a later exception raised while handling it (a stream context exiting) is
-    what the cut took, not where the error surfaced."""
+    """Whether an exception came out whole before the chain was cut - the one carrying
+    the CUDA error, else any: a later exception raised while handling it (a stream context
+    exiting, a busy loop dying of it) is what the cut took, not where it surfaced."""
+    chain = event.chain
     if event.attrs.get("cuda_error") is None:
-        return False
-    carrier = next((i for i, exc in enumerate(event.chain)
+        return len(chain) > 1 and not chain[-1].type and any(exc.type for exc in chain[:-1])
+    carrier = next((i for i, exc in enumerate(chain)
                     if exc.type and knowledge.find_cuda_error(f"{exc.type}: {exc.message}")), None)
-    return carrier is not None and carrier < len(event.chain) - 1
+    return carrier is not None and carrier < len(chain) - 1
 
 
 def _cut_shows_the_call(event: Event, surface: Surface) -> bool:
@@ -299,6 +300,10 @@ def surface_of(event: Event) -> Surface:
     # first (a later "Error in model execution" that re-raises it only quotes it);
     # anything else: the exception the process finally raised
     order = chain if event.attrs.get("cuda_error") is not None else tuple(reversed(chain))
+    if any(exc.type for exc in chain):
+        # a traceback cut before its exception line raised something unknown in turn: the
+        # last exception shown whole is where the failure surfaced
+        order = tuple(exc for exc in order if exc.type or not exc.cut)
     for exc in order:
         if event.attrs.get("cuda_error") is None or knowledge.find_cuda_error(f"{exc.type}: {exc.message}"):
             frames = exc.frames
