@@ -191,3 +191,19 @@ def test_an_engines_timeout_on_its_workers_is_its_own_failure_of_kind_hang_where
     assert (surface.file.rsplit("/", 1)[-1], surface.line, surface.function) == ("shm_broadcast.py", 647, "timeout_ms")
     (event,) = [e for e in case.events if e.chain]
     assert event.message.startswith("TimeoutError") and event.attrs["cut"]
+
+
+def test_a_lone_process_whose_own_watchdog_says_it_stalled_is_the_hangs_first_failure():
+    # SGLang's scheduler watchdog on TP0 and the parent's sigquit, nothing else
+    # (https://github.com/sgl-project/sglang/issues/7400 shape)
+    text = ("[2025-06-22 16:13:55 TP0] Watchdog timeout (self.watchdog_timeout=300)\n"
+            "[2025-06-22 16:13:55 TP0] Pyspy failed to dump PID 1234. Error: No such file or directory\n"
+            "[2025-06-22 16:14:00] Received sigquit from a child process. It usually means the child failed.\n")
+    v = analyze_text(text).verdict
+    assert v.failure_kind == FailureKind.HANG and v.first_failure.rank == 0
+    # a process that only waits on others below it (vLLM's engine core on its workers'
+    # message queue) is no culprit: the stalled one is not shown
+    waits = ("(EngineCore_DP0 pid=2025) WARNING 01-02 03:04:05 [shm_broadcast.py:466] No available shared memory "
+             "broadcast block found in 60 seconds. This typically happens when some processes are hanging.\n")
+    v = analyze_text(waits).verdict
+    assert v.first_failure is None or v.first_failure.pid is None

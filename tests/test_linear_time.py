@@ -55,7 +55,7 @@ REGEX = {
     "processes": ["quoted_process[].pattern", "rank_hint[].pattern", "role[].pattern"],
     "redaction": ["rule[].pattern", "rule[].gate", "names.secret"],
     "signature": ["fault_class[].pattern", "kernels.normalisers[][0]", "surface.skip_files[]"],
-    "surface_apis": ["api[].pattern", "skip.files[]", "skip.functions[]"],
+    "surface_apis": ["api[].pattern", "skip.files[]", "skip.functions[]", "going_down.functions[]"],
     "wrappers": ["wrapper[].pattern"],
     # a known issue's environment conditions are regexes, except version ranges
     "known_issues/*": ["match.any[].surface_file", "match.any[].surface_function", "match.any[].origin_kernel",

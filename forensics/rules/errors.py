@@ -159,6 +159,10 @@ class SurfacePoints(Rule):
         observations = [o for s in stories.stories for o in s.observations] + list(stories.unattributed)
         relayed = {id(o.event) for o in observations if o.seen == Seen.RELAY}
         own = {id(o.event) for o in observations if o.seen == Seen.OWN_ERROR}
+        # an exception a process raised after it noticed another's failure (an engine core
+        # whose worker was killed): a consequence, no place where a failure surfaced
+        after_noticing = {id(o.event) for s in stories.stories if s.noticed_before_failing is not None
+                          for o in s.observations}
         for event in evidence.of_kind(*kinds):
             if event.attrs.get("earlier_run") or id(event) in relayed:
                 continue
@@ -171,6 +175,8 @@ class SurfacePoints(Rule):
             if event.kind in (Kind.EXCEPTION, Kind.FATAL_SIGNAL) and event.role in ("api-server", "launcher") \
                     and id(event) not in own:
                 continue                 # a server's or a launcher's traceback: its child's failure, relayed
+            if event.kind in (Kind.EXCEPTION, Kind.FATAL_SIGNAL) and id(event) in after_noticing:
+                continue
             surface = surface_of(event)
             if surface.file is None and surface.api is None and event.kind != Kind.CUDA_ERROR:
                 continue

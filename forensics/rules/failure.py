@@ -449,6 +449,17 @@ class FirstFailureRule(Rule):
             verdict.first_failure = FirstFailure(story.rank, story.pid, first.time, basis,
                                                  f"collective timeout in {what_op}", _differs(launcher, story.rank),
                                                  key=story.key, name=story.name)
+        elif not _timed_out_stories(evidence) and len(stuck := _stuck_stories(evidence)) == 1 and not any(
+                c.key != stuck[0].key for c in _candidates(evidence)) and not any(
+                s.key != stuck[0].key and s.all(Seen.WAITING) for s in evidence.stories.stories):
+            # one process's own watchdog says it made no progress, no other process is shown
+            # waiting (a timeout, a stack dump), and nothing else failed: the stall shown is
+            # that process's
+            story = stuck[0]
+            basis = (f"{who(story.rank, story.pid, story.name)} reports that it made no progress (its own "
+                     "watchdog), the only process the inputs show stalled; why it stalled is not shown")
+            verdict.first_failure = FirstFailure(story.rank, story.pid, first.time, basis, "stalled",
+                                                 _differs(launcher, story.rank), key=story.key, name=story.name)
         else:
             basis = (f"{ranks_phrase(hang.waited)} timed out waiting in {what_op}; the logs cannot tell which rank is late"
                      + (f" (candidates: {', '.join(map(str, hang.suspects))})" if hang.suspects else ""))
@@ -654,15 +665,21 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
     return FailureKind.PYTHON_EXCEPTION
 
 
-def _timed_out_stories(evidence: Evidence) -> list[Story]:
-    """The processes whose own watchdog timed out in a collective (not only stuck)."""
+def _stuck_stories(evidence: Evidence) -> list[Story]:
+    """The processes whose own report says their own progress stopped (data/messages.toml
+    stuck = "own"), not that they wait on a peer or on processes below them."""
     return [s for s in evidence.stories.stories
-            if any(o.event.kind == Kind.COLLECTIVE_TIMEOUT and o.event.attrs.get("message_id") not in _STUCK_REPORTS
+            if any(o.event.kind == Kind.COLLECTIVE_TIMEOUT and o.event.attrs.get("stuck") == "own"
                    for o in s.all(Seen.WAITING))]
 
 
-# messages.toml: reports that a process is stuck (its own watchdog, the engine waiting on
-# its workers), not that it timed out waiting for a peer in a collective
+def _timed_out_stories(evidence: Evidence) -> list[Story]:
+    """The processes whose own watchdog timed out in a collective (not only stuck)."""
+    return [s for s in evidence.stories.stories
+            if any(o.event.kind == Kind.COLLECTIVE_TIMEOUT and not o.event.attrs.get("stuck")
+                   for o in s.all(Seen.WAITING))]
+
+
 CASCADE_S = 10.0    # a device fault this soon after another process's is taken as its consequence
 
 
@@ -679,8 +696,6 @@ def _in_cascade(first: Event, then: Event) -> bool:
     return 0 <= gap <= CASCADE_S
 
 
-_STUCK_REPORTS = frozenset({"nccl-heartbeat", "vllm-shm-broadcast-wait", "vllm-engine-iteration-timeout",
-                            "sglang-watchdog-timeout"})
 _OOM_ERRORS = frozenset({"CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation"})
 
 
@@ -844,7 +859,7 @@ class RankStatuses(Rule):
             waited = [o.event for o in story.all(Seen.WAITING)]
             # (the heartbeat monitor's report is of the watchdog itself stuck: the rank is stuck)
             timed_out = next((e for e in waited if e.kind == Kind.COLLECTIVE_TIMEOUT
-                              and e.attrs.get("message_id") not in _STUCK_REPORTS), None)
+                              and not e.attrs.get("stuck")), None)
             if timed_out is not None and is_first:
                 return RankVerdict(status=Status.FAILED, first_error=clip(timed_out.message, 200),
                                    first_error_source=timed_out.where,
