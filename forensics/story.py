@@ -297,6 +297,17 @@ def subjects(event: Event, table: ProcessTable) -> list[tuple[ProcessInfo | None
     return out
 
 
+def _lone_announcement(observations: list[Observation]) -> list[Observation]:
+    """A worker's announcement of its own failure ("WorkerProc hit an exception.", "Error
+    executing method init_device", "Scheduler hit an exception") with nothing else of its
+    own in view - its traceback cut away - is its own failure, cause unknown.  Beside its
+    traceback (or anything else it says) it adds nothing."""
+    if not observations or any(o.event.kind != Kind.WORKER_EXCEPTION for o in observations
+                               if o.seen != Seen.EXITED and o.reported_by is None):
+        return observations
+    return [replace(o, seen=Seen.OWN_ERROR) if o.event.kind == Kind.WORKER_EXCEPTION else o for o in observations]
+
+
 def tell(events, table: ProcessTable) -> Stories:
     """Every process's story, from the events of the run (earlier runs left out)."""
     current = [e for e in events if not e.attrs.get("earlier_run")]
@@ -321,7 +332,7 @@ def tell(events, table: ProcessTable) -> Stories:
                 per_key.setdefault(subject.key, []).append(killed)
     stories = []
     for info in table.processes():
-        observations = per_key.get(info.key, [])      # in timeline order
+        observations = _lone_announcement(per_key.get(info.key, []))      # in timeline order
         stories.append(Story(key=info.key, pid=info.pid, rank=info.rank, role=info.role, name=info.name,
                              host=info.host, pids=tuple(sorted(info.pids)), observations=tuple(observations)))
     return Stories(tuple(stories), tuple(unattributed))

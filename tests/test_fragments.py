@@ -207,3 +207,30 @@ def test_a_lone_process_whose_own_watchdog_says_it_stalled_is_the_hangs_first_fa
              "broadcast block found in 60 seconds. This typically happens when some processes are hanging.\n")
     v = analyze_text(waits).verdict
     assert v.first_failure is None or v.first_failure.pid is None
+
+
+def test_a_process_announcing_its_own_failure_failed_even_when_its_traceback_is_cut_away():
+    # vLLM V0's driver worker: "Error executing method init_device", the paste ends there
+    # (https://github.com/vllm-project/vllm/issues/7939 shape)
+    text = ("ERROR 08-27 05:12:18 worker_base.py:382] Error executing method init_device. This might cause "
+            "deadlock in distributed execution.\n"
+            "ERROR 08-27 05:12:18 worker_base.py:382]\n")
+    v = analyze_text(text).verdict
+    assert v.first_failure.name == MAIN_PROCESS
+    assert _rows(analyze_text(text))[MAIN_PROCESS].status == Status.FAILED
+
+
+def test_an_announcement_is_no_rival_of_an_error_shown_in_the_same_second():
+    # rank 6's NCCL init error in full; rank 3 only says it failed to start, the same second
+    # (https://github.com/vllm-project/vllm/issues/21384 shape)
+    text = ('(VllmWorker rank=6 pid=409) ERROR 07-23 19:34:51 [multiproc_executor.py:511]   File "/venv/lib/python3.12/'
+            'site-packages/vllm/distributed/device_communicators/pynccl_wrapper.py", line 286, in ncclCommInitRank\n'
+            "(VllmWorker rank=6 pid=409) ERROR 07-23 19:34:51 [multiproc_executor.py:511]     self.NCCL_CHECK(self._funcs"
+            '["ncclCommInitRank"](ctypes.byref(comm),\n'
+            "(VllmWorker rank=6 pid=409) ERROR 07-23 19:34:51 [multiproc_executor.py:511] RuntimeError: NCCL error: "
+            "unhandled cuda error (run with NCCL_DEBUG=INFO for details)\n"
+            "(VllmWorker rank=3 pid=406) ERROR 07-23 19:34:51 [multiproc_executor.py:485] WorkerProc failed to start.\n")
+    case = analyze_text(text)
+    assert case.verdict.first_failure.rank == 6
+    rows = {r.rank: r for r in case.verdict.ranks if r.rank is not None}
+    assert rows[6].status == Status.FAILED and rows[3].status == Status.UNKNOWN

@@ -546,16 +546,19 @@ _ENDINGS = (Kind.FATAL_SIGNAL, Kind.WORKER_DIED, Kind.CHILD_FAILED)
 def _rivals(candidates: list[Candidate], earliest: Candidate) -> list[Candidate]:
     """Other processes' reported failures that cannot be ordered after ``earliest``: in
     the same second, and as strong (device evidence beats a host report: it is where the
-    fault happened, not where it was noticed).  A crash signal or a death is how a failure
+    fault happened, not where it was noticed; a shown error beats an announcement of one).  A crash signal or a death is how a failure
     ended, often one already reported under another identity (an abort's dump adopted by
     the pid its launcher names): no rival."""
     def process(c: Candidate):
         return c.key or (("pid", c.pid) if c.pid is not None else ("rank", c.rank) if c.rank is not None else None)
     mine = process(earliest)
     device = earliest.event.kind in _DEVICE
+    # a process announcing its own failure ("WorkerProc failed to start.") without its
+    # error in view is no rival of one whose error is shown
+    shown = earliest.event.kind not in ANNOUNCEMENTS
     return [c for c in candidates if c is not earliest and process(c) is not None and process(c) != mine
             and c.event.kind not in _ENDINGS and _same_time(c.event, earliest.event)
-            and (c.event.kind in _DEVICE) == device]
+            and (c.event.kind in _DEVICE) == device and not (shown and c.event.kind in ANNOUNCEMENTS)]
 
 
 def _same_failure(candidates: list[Candidate], event: Event) -> bool:
