@@ -234,3 +234,20 @@ def test_an_announcement_is_no_rival_of_an_error_shown_in_the_same_second():
     assert case.verdict.first_failure.rank == 6
     rows = {r.rank: r for r in case.verdict.ranks if r.rank is not None}
     assert rows[6].status == Status.FAILED and rows[3].status == Status.UNKNOWN
+
+
+def test_rays_unhandled_task_error_hands_the_frames_below_it_to_the_worker_it_names():
+    # the engine actor printing the worker's error nobody retrieved, the frames cut
+    # (https://github.com/triton-inference-server/server/issues/6246 shape)
+    prefix = "(_AsyncLLMEngine pid=10245) "
+    text = (prefix + "Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): ray::RayWorkerVllm."
+            "execute_method() (pid=10360, ip=10.42.0.27, actor_id=f9f1b309, repr=<vllm.engine.ray_utils.RayWorkerVllm "
+            "object at 0x7f>)\n"
+            + prefix + '  File "/venv/lib/python3.10/site-packages/vllm/engine/ray_utils.py", line 31, in execute_method\n'
+            + prefix + "    return executor(*args, **kwargs)\n"
+            + prefix + '  File "/venv/lib/python3.10/site-packages/vllm/worker/worker.py", line 147, in execute_model\n')
+    case = analyze_text(text)
+    (tb,) = [e for e in case.events if e.chain]
+    assert tb.pid == 10360 and tb.process == "RayWorkerVllm"
+    assert case.verdict.first_failure.pid == 10360
+    assert {r.pid: r.status for r in case.verdict.ranks}[10245] == Status.COLLATERAL

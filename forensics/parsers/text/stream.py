@@ -207,6 +207,7 @@ class _Run:
         self.last_error: int | None = None     # the last error line, whose raw continuations may follow
         self.detail_follows: int | None = None  # the line of NCCL's "Last error:": the next line says what failed
         self.lineno = 0                          # the line being read
+        self.quoting_line: dict[tuple, tuple[int, dict]] = {}   # per stream: a line naming whose traceback follows
         self.highest = 0                         # the highest line number read so far
         self.cut_message = None                  # (event index, line, record, text) of a message cut mid-word
         self.block_line = 0                      # the last line an open block took
@@ -413,6 +414,10 @@ class _Run:
             out.events.append(self.make.at(line, rec)(kind, text, severity, attrs))
             out.event_lines += 1
             self.last_error = len(out.events) - 1 if severity >= Severity.ERROR else None
+            if attrs.get("quotes_next"):
+                who = knowledge.quoted_process(text)
+                if who is not None and "pid" in who:
+                    self.quoting_line[self._key(line, rec)] = (line.lineno, who)
             if cut:
                 self.cut_message = (len(out.events) - 1, line, rec, text)
             return
@@ -539,6 +544,12 @@ class _Run:
         block = self.open.pop(key)
         line, rec = self.first.pop(key)
         result: BlockResult = block.close(self.make.at(line, rec))
+        quote = self.quoting_line.pop(key, None)
+        if quote is not None and quote[0] == line.lineno - 1:
+            # the line just above named the process whose traceback this is (Ray's
+            # "Unhandled error ...: ray::Worker.method() (pid=N, ip=A)" before the frames)
+            result.events = [_as_quoted(e, quote[1]) if e.chain and e.attrs.get("header_missing") else e
+                             for e in result.events]
         if getattr(block, "shared_first", False):       # that line was counted with its message
             if line.lineno in result.used:
                 result.used.remove(line.lineno)
@@ -682,3 +693,11 @@ def _resolve_times(events: list[Event], mtime: datetime | None) -> list[Event]:
         elif event.time is not None:
             next_time = event.time
     return out
+
+
+def _as_quoted(event, who: dict):
+    """A traceback event as the failure of the process the line above it named."""
+    changes = {"pid": knowledge.claimed_int(who["pid"]), "rank": None, "process": who.get("process")}
+    if who.get("ip"):
+        changes["host"] = who["ip"]
+    return replace(event, **changes, attrs=freeze({**event.attrs, "quoted_by": who.get("id")}))
