@@ -154,6 +154,7 @@ class ProcessTable:
         self._follows: dict[tuple[str, int], str] = {}   # (source, line) of a report's unprefixed lines -> its writer
         self._sole: str | None = None   # the one process the inputs name, when they name one (see _settle_sole_process)
         self._unprefixed: set[str] = set()  # files no line of which names its process
+        self._relaying_sources: set[str] = set()  # consoles that prefix relayed processes' lines (Ray's driver)
 
     # -- learning ------------------------------------------------------------------
 
@@ -217,6 +218,8 @@ class ProcessTable:
                                                        "debugger": False})
             if event.pid is not None or event.process or event.rank is not None:
                 facts["prefixed"] = True
+            if event.process and event.pid is not None and event.host:
+                self._relaying_sources.add(event.source)    # "(Name pid=N, ip=A) ...": Ray relaying an actor's line
             if _programs_line(event):
                 facts["program"] = True
             if _debuggers_line(event):
@@ -306,6 +309,14 @@ class ProcessTable:
         if follows is None and self._sole is not None and event.source in self._unprefixed and \
                 _programs_line(event, self._inferior):
             return self._sole           # (a file with prefixes: its unprefixed lines are another writer's)
+        if follows is None and event.source in self._relaying_sources and event.attrs.get("level") and \
+                self._sole is None:
+            # a console that prefixes the lines of the processes it relays (Ray's driver over
+            # its actors, each named with pid and node): a logger's record without a prefix
+            # is the console owner's own - its main process.  (Not vLLM's own prefixes: its
+            # engine core may print bare beside its prefixed workers.  Raw lines without a
+            # record header stay unsigned: a child's stderr comes through bare.)
+            return STREAM + event.source
         return follows
 
     def _info(self, key: str) -> ProcessInfo:

@@ -251,3 +251,20 @@ def test_rays_unhandled_task_error_hands_the_frames_below_it_to_the_worker_it_na
     assert tb.pid == 10360 and tb.process == "RayWorkerVllm"
     assert case.verdict.first_failure.pid == 10360
     assert {r.pid: r.status for r in case.verdict.ranks}[10245] == Status.COLLATERAL
+
+
+def test_a_consoles_own_records_beside_the_processes_it_relays_are_its_main_process():
+    # Ray's driver console: the actors' lines prefixed, the driver's own logger record bare
+    # (https://github.com/triton-inference-server/server/issues/6246 shape)
+    text = ("I0606 07:44:10.297581 8157 model.py:275] [vllm] Error generating stream: Task finished unexpectedly.\n"
+            "(_AsyncLLMEngine pid=10245) Unhandled error (suppress with 'RAY_IGNORE_UNHANDLED_ERRORS=1'): "
+            "ray::RayWorkerVllm.execute_method() (pid=10360, ip=10.42.0.27, actor_id=f9f1b309)\n"
+            '(_AsyncLLMEngine pid=10245)   File "/venv/lib/python3.10/site-packages/vllm/worker/worker.py", line 147, '
+            "in execute_model\n")
+    case = analyze_text(text)
+    rows = _rows(case)
+    assert rows[MAIN_PROCESS].status == Status.COLLATERAL
+    # raw lines (no logger's record header) stay unsigned: a child's stderr comes through bare
+    bare = ("(APIServer pid=7) INFO 01-02 03:04:05 [api_server.py:1] ready\n"
+            "Segmentation fault (core dumped)\n")
+    assert MAIN_PROCESS not in _rows(analyze_text(bare))
