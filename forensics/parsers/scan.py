@@ -87,6 +87,8 @@ def _identity_patterns() -> tuple[tuple[re.Pattern, ...], re.Pattern]:
 def identity_of(raw: bytes) -> bytes:
     """Who printed a line and from where, from its head (data/prefilter.toml [identity]):
     the rank, pid, TP/DP tag, task label and logger site, joined; b"" when none."""
+    if raw.startswith(b"====="):
+        return b""      # compute-sanitizer's records: one process per log, and millions of lines
     head = raw[:IDENTITY_BYTES]
     patterns, tag = _identity_patterns()
     found = b"\0".join([m.group() for m in map(lambda p: p.search(head), patterns) if m is not None])
