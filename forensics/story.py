@@ -29,6 +29,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from forensics import knowledge
+from forensics.collectives import Lineup, from_events as line_up_dumps
 from forensics.events import Event, Kind, Severity, freeze
 from forensics.timeline import ProcessInfo, ProcessTable
 
@@ -116,6 +117,9 @@ class Story:
 class Stories:
     stories: tuple[Story, ...]
     unattributed: tuple[Observation, ...]     # failure lines no process signed
+    # every rank's Flight Recorder dump lined up (forensics/collectives.py): who never
+    # entered the collective its peers wait in; None without dumps
+    collectives: Lineup | None = None
 
 
 def _before(a: Event, b: Event) -> bool:
@@ -335,4 +339,4 @@ def tell(events, table: ProcessTable) -> Stories:
         observations = _lone_announcement(per_key.get(info.key, []))      # in timeline order
         stories.append(Story(key=info.key, pid=info.pid, rank=info.rank, role=info.role, name=info.name,
                              host=info.host, pids=tuple(sorted(info.pids)), observations=tuple(observations)))
-    return Stories(tuple(stories), tuple(unattributed))
+    return Stories(tuple(stories), tuple(unattributed), line_up_dumps(current))

@@ -80,6 +80,7 @@ TEXT = {
     "next_steps": ["step[].id", "step[].when", "step[].title", "step[].why", "step[].action", "step[].command",
                    "step[].engines[]", "step[].vllm_at_least"],
     "nccl": ["peer.words[]", "peer.results[]"],
+    "flightrec": ["detect.*", "names.suffixes[]", "states.*", "frames.skip_files[]", "sizes.must_match[]"],
     "noise": ["noise[].id"],
     "phases": ["startup.frames[].function", "startup.frames[].file", "startup.messages[]",
                "startup.exceptions[]"],

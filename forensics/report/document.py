@@ -140,7 +140,9 @@ def _verdict(v: Verdict) -> dict:
                            "launcher_opinion": v.first_failure.launcher_opinion} if v.first_failure else None),
         "collateral": list(v.collateral),
         "hang": ({"collective": v.hang.collective, "seq": v.hang.seq, "waited": list(v.hang.waited),
-                  "suspects": list(v.hang.suspects), "culprit_doing": v.hang.culprit_doing} if v.hang else None),
+                  "suspects": list(v.hang.suspects), "culprit_doing": v.hang.culprit_doing, "basis": v.hang.basis,
+                  "group": v.hang.group, "culprit_how": v.hang.culprit_how, "called_at": v.hang.called_at,
+                  "evidence": list(v.hang.evidence)} if v.hang else None),
         "hardware": ({"opinion": v.hardware.opinion, "basis": v.hardware.basis, "settle": v.hardware.settle}
                      if v.hardware else None),
         "summary": v.summary,

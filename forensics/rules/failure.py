@@ -108,7 +108,9 @@ class CollectiveHang(Rule):
     that never reports it (or is behind in sequence numbers) is the one that did not
     join, and is named, with what its stack dump says it was doing.  When every rank
     timed out in the same collective the logs cannot tell who is late, and the verdict
-    says so."""
+    says so.  Flight Recorder dumps, when the inputs hold them, decide instead: lined up
+    by process group and sequence number (forensics/collectives.py), they name the rank
+    that never entered the collective the others wait in, from its own record."""
 
     name = "collective-hang"
     reads = ("environment", "error")
@@ -116,10 +118,13 @@ class CollectiveHang(Rule):
 
     def predicate(self, evidence: Evidence, verdict: VerdictView) -> bool:  # noqa: D102
         timeouts = hang_timeouts(evidence)
-        return bool(timeouts) and not _own_failures(evidence) and \
+        return (bool(timeouts) or _flight_hangs(evidence)) and not _own_failures(evidence) and \
             not [d for d in _deaths(evidence) if not _timeout_death(d[0], _first_timeout(evidence), bool(timeouts))]
 
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        if _flight_hangs(evidence):
+            self._flight(evidence, verdict)
+            return
         timeouts = hang_timeouts(evidence)
         waited: dict[int, tuple[int, str]] = {}
         for e in timeouts:
@@ -141,6 +146,37 @@ class CollectiveHang(Rule):
         verdict.explain(f"Hang: {ranks_phrase(waited)} timed out waiting in "
                         f"{op or 'a collective'}; suspected late rank(s): {', '.join(map(str, suspects)) or 'unknown'}"
                         + (f"; it was {doing}" if doing else "") + ".")
+
+    def _flight(self, evidence: Evidence, verdict: VerdictView) -> None:
+        """The hang as every rank's Flight Recorder dump shows it (forensics/collectives.py):
+        its own record says which rank never entered the collective the others wait in,
+        evidence stronger than which rank's log is silent."""
+        lineup = evidence.stories.collectives
+        hang = lineup.culprit_hang or lineup.hangs[0]
+        culprit = lineup.culprit
+        sources = sorted(set(hang.sources) | ({culprit.source} if culprit is not None and culprit.source else set()))
+        # every rank that waits, in this collective or in another group's (for the statuses)
+        waits = tuple(sorted({(r, h.collective) for h in lineup.hangs for r in h.waiting}))
+        verdict.hang = Hang(collective=hang.op, seq=hang.seq, waited=hang.waiting, suspects=lineup.suspects,
+                            culprit_doing=culprit.doing() if culprit else None, basis="flight-recorder",
+                            group=hang.group_words, culprit_how=culprit.how if culprit else None,
+                            called_at=hang.called_at, evidence=tuple(sources), waits=waits)
+        verdict.explain(f"Hang (Flight Recorder dumps of ranks {', '.join(map(str, lineup.ranks))}): "
+                        f"{ranks_phrase(hang.waiting)} wait in {hang.collective}; suspected late rank(s): "
+                        f"{', '.join(map(str, lineup.suspects)) or 'unknown'}"
+                        + (f" - {culprit.doing()}" if culprit else "") + ".")
+
+
+_HOW = {"never-entered": "never entered", "stuck-earlier": "was stuck before", "mismatch": "called something else at",
+        "not-started": "never started", "no-dump": "left no dump of"}
+
+
+def _flight_hangs(evidence: Evidence) -> bool:
+    """Whether the Flight Recorder dumps show a hang: ranks wait in a collective and one
+    is behind or it timed out - or the logs say collectives timed out (ranks that all wait
+    in one collective may otherwise just be in flight when the dump was taken)."""
+    lineup = evidence.stories.collectives
+    return lineup is not None and bool(lineup.hangs) and (lineup.hung or bool(hang_timeouts(evidence)))
 
 
 def hang_timeouts(evidence: Evidence) -> list[Event]:
@@ -426,6 +462,9 @@ class FirstFailureRule(Rule):
         verdict.explain(f"Rank {rank} (pid {earliest.pid}) failed first: {basis}.")
 
     def _hang(self, evidence: Evidence, verdict: VerdictView, hang: Hang, launcher) -> None:
+        if hang.basis == "flight-recorder":
+            self._flight_hang(evidence, verdict, hang, launcher)
+            return
         timeouts = evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)
         first = timeouts[0]
         nccl = any(e.attrs.get("message_id") in ("nccl-watchdog-timeout", "nccl-timeout-work") for e in timeouts)
@@ -465,6 +504,33 @@ class FirstFailureRule(Rule):
                      + (f" (candidates: {', '.join(map(str, hang.suspects))})" if hang.suspects else ""))
             verdict.first_failure = FirstFailure(None, None, first.time, basis, f"collective timeout in {what_op}",
                                                  launcher[1] if launcher else None)
+        verdict.failure_kind = FailureKind.NCCL_TIMEOUT if nccl else FailureKind.HANG
+        verdict.explain(f"Hang: {basis}.")
+
+    def _flight_hang(self, evidence: Evidence, verdict: VerdictView, hang: Hang, launcher) -> None:
+        """The first failure of a hang the Flight Recorder dumps show: the one rank they
+        name, or undecided between the ones they name."""
+        lineup = evidence.stories.collectives
+        shown = lineup.culprit_hang or lineup.hangs[0]
+        what_op = f"{hang.collective} #{hang.seq} of process group {hang.group}"
+        dumps = ", ".join(hang.evidence)
+        waiting = (f"{ranks_phrase(hang.waited)} wait in {what_op}" if hang.waited else f"{what_op} never completed") + \
+            (f" (called at {hang.called_at})" if hang.called_at else "")
+        if len(hang.suspects) == 1:
+            rank = hang.suspects[0]
+            how = _HOW.get(hang.culprit_how or "", "never entered")
+            what = f"rank {rank} {how} {what_op}"
+            basis = f"Flight Recorder dumps ({dumps}): {waiting}; rank {rank} {how} it: {hang.culprit_doing}"
+            info = evidence.processes.by_rank(rank)
+            verdict.first_failure = FirstFailure(rank, info.pid if info else None, shown.since, basis, what,
+                                                 _differs(launcher, rank), key=info.key if info else None)
+        else:
+            basis = (f"Flight Recorder dumps ({dumps}): {waiting}; the dumps cannot tell which rank is late"
+                     + (f" (candidates: {', '.join(map(str, hang.suspects))})" if hang.suspects else ""))
+            verdict.first_failure = FirstFailure(None, None, shown.since, basis, f"hang in {what_op}",
+                                                 launcher[1] if launcher else None)
+        nccl = any(e.attrs.get("message_id") in ("nccl-watchdog-timeout", "nccl-timeout-work")
+                   for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT))
         verdict.failure_kind = FailureKind.NCCL_TIMEOUT if nccl else FailureKind.HANG
         verdict.explain(f"Hang: {basis}.")
 
@@ -854,8 +920,16 @@ class RankStatuses(Rule):
                                first_error_source=fault.event.where,
                                failure=f"its device work faulted ({describe(fault.event)})", **base)
         if hang is not None and story.rank in hang.suspects and len(hang.suspects) == 1:
-            failure = "never joined the collective its peers waited in" + (f"; {hang.culprit_doing}" if hang.culprit_doing else "")
+            failure = "never joined the collective its peers waited in" if hang.basis != "flight-recorder" else \
+                f"{_HOW.get(hang.culprit_how or '', 'never entered')} {hang.collective} #{hang.seq} (Flight Recorder)"
+            failure += f"; {hang.culprit_doing}" if hang.culprit_doing else ""
             return RankVerdict(status=Status.UNKNOWN, failure=failure, **base)
+        waits = next((what for r, what in (hang.waits if hang is not None else ()) if r == story.rank), None)
+        if waits is not None and not own and story.role in (None, "worker"):
+            # its own dump shows it waiting in a collective (it may have no line of its own to say so)
+            late = f"rank {hang.suspects[0]}" if len(hang.suspects) == 1 else "a rank the dumps cannot tell"
+            return RankVerdict(status=Status.COLLATERAL if len(hang.suspects) == 1 else Status.UNKNOWN,
+                               failure=f"waited in {waits} for {late} (its Flight Recorder dump)", **base)
         if hang is not None and len(hang.suspects) != 1 and not own:
             # a hang whose late rank the logs cannot tell: a rank whose own watchdog timed
             # out failed (that is all its lines show); one only seen stuck is unknown
