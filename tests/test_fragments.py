@@ -268,3 +268,18 @@ def test_a_consoles_own_records_beside_the_processes_it_relays_are_its_main_proc
     bare = ("(APIServer pid=7) INFO 01-02 03:04:05 [api_server.py:1] ready\n"
             "Segmentation fault (core dumped)\n")
     assert MAIN_PROCESS not in _rows(analyze_text(bare))
+
+
+def test_in_a_hang_a_process_that_says_nothing_of_how_it_fared_is_unknown_not_healthy():
+    # NCCL set-up lines from two processes and one rank's watchdog timeout between them
+    # (https://github.com/sgl-project/sglang/issues/4296 shape)
+    text = ("host:190:190 [2] NCCL INFO ncclCommSplit comm 0x5601dc4ed8b0 rank 2 nranks 16 cudaDev 2 busId 41000 - "
+            "Init COMPLETE\n"
+            "host:192:192 [4] NCCL INFO Channel 00/0 : 4[4] -> 5[5] via P2P/CUMEM\n"
+            "[rank4]:[E226 11:16:37.104512 ProcessGroupNCCL.cpp:632] [Rank 4] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=5653, OpType=ALLREDUCE, NumelIn=58720256, NumelOut=58720256, Timeout(ms)=600000) "
+            "ran for 600010 milliseconds before timing out.\n")
+    case = analyze_text(text)
+    assert case.verdict.first_failure.rank == 4
+    statuses = {r.pid: r.status for r in case.verdict.ranks if r.pid is not None}
+    assert statuses and all(s == Status.UNKNOWN for s in statuses.values()), statuses

@@ -1015,6 +1015,13 @@ class RankStatuses(Rule):
         if isinstance(code, int) and code != 0:
             return RankVerdict(status=Status.UNKNOWN, failure=death_words(story.name or who(story.rank, story.pid), code),
                                **base)
+        if (hang is not None or verdict.failure_kind in (FailureKind.HANG, FailureKind.NCCL_TIMEOUT)) and \
+                story.role not in ("api-server", "launcher") and not story.observations and \
+                (first is None or story.key != first.key):
+            # in a hang, a rank that says nothing of how it fared is no healthy one: it may
+            # be the one the others waited for
+            return RankVerdict(status=Status.UNKNOWN, failure="nothing of its own about the hang in the inputs: it may "
+                                                              "be the rank the others waited for", **base)
         return RankVerdict(status=Status.HEALTHY, **base)
 
 
