@@ -23,6 +23,7 @@ tracebacks before it; its exception line does not).
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 from array import array
@@ -333,7 +334,9 @@ class Scanner:
         second_nl = block.find(b"\n", first_nl + 1) if first_nl >= 0 else -1
         if first_nl < 0 or second_nl < 0:
             return False
-        key = block[start:first_nl] + _PC_OFFSET.sub(b"", block[first_nl:second_nl][:1024])
+        # a digest: memory stays bounded on a log of all-distinct records
+        key = hashlib.blake2b(block[start:first_nl][:1024] + _PC_OFFSET.sub(b"", block[first_nl:second_nl][:1024]),
+                              digest_size=16).digest()
         if key in self._records:
             self._records_skipped += 1
             return True
