@@ -20,7 +20,7 @@ from forensics.report import REPORTERS, Options, html, markdown, render, termina
 from forensics.report.base import REGISTRY, Form, Group, Section, Span, entries, section, show_names, unregister
 from forensics.report.document import Document, build
 from forensics.report.sections import (Chain, Environment, FirstFailure, Headline, Marker, Origin, Processes,
-                                       Surfaces, Timeline, cited)
+                                       Surfaces, Timeline, UNTIMED_LANE, cited)
 from forensics.verdict import Status
 from tests.conftest import DATA
 from tests.helpers import analyze_text
@@ -210,6 +210,10 @@ def test_timeline_markers_are_the_documents():
     data = json.loads(re.search(r'<script id="report-data" type="application/json">(.*?)</script>', page, re.S).group(1))
     assert [m["marker"] for m in data["markers"]] == [e.marker.value for e in timeline.events]
     assert data["lanes"] == list(timeline.lanes)
+    # evidence without a wall-clock time is drawn in its own lane, and still says whose it is
+    untimed = [m for m in data["markers"] if not m["time"]]
+    assert untimed and {m["row"] for m in untimed} == {UNTIMED_LANE}
+    assert f"rank {origin_rank}" in {m["lane"] for m in untimed if m["marker"] == "origin"}
     assert "mark(" not in page.split("<script>", 1)[1]        # the page's script classifies nothing itself
 
 

@@ -248,7 +248,7 @@ def _checklist(item: Checklist, ctx: Ctx) -> str:
 def _timeline(item: Timeline, ctx: Ctx) -> str:
     ctx.data["lanes"] = list(item.lanes)
     ctx.data["untimed_lane"] = UNTIMED_LANE
-    ctx.data["markers"] = [{"time": e.time, "lane": UNTIMED_LANE if e.untimed else e.lane, "kind": e.kind,
+    ctx.data["markers"] = [{"time": e.time, "row": e.row, "lane": e.lane, "kind": e.kind,
                             "marker": e.marker.value, "message": e.message, "source": e.source, "pid": e.pid,
                             "note": item.marker_note(e)} for e in item.events[:MARKER_LIMIT]]
     return ('<div><button class="btn" id="zin">zoom in</button><button class="btn" id="zout">zoom out</button>'
@@ -340,8 +340,8 @@ function draw() {
     const lab = svgel("text", {x: 6, y: y + 4, class: "lane-label"}); lab.textContent = l; svg.appendChild(lab);
   });
   const drawn = [];
-  stamped.forEach(e => { const t = Math.min(Math.max(e._t, view[0]), view[1]); drawn.push([e, x(t), TOP + lanes.indexOf(e.lane) * LANE, e._t < view[0] || e._t > view[1]]); });
-  untimed.forEach((e, k) => drawn.push([e, LEFT + 20 + k * Math.min(40, (W - LEFT - 60) / Math.max(1, untimed.length)), TOP + lanes.indexOf(e.lane) * LANE, false]));
+  stamped.forEach(e => { const t = Math.min(Math.max(e._t, view[0]), view[1]); drawn.push([e, x(t), TOP + lanes.indexOf(e.row) * LANE, e._t < view[0] || e._t > view[1]]); });
+  untimed.forEach((e, k) => drawn.push([e, LEFT + 20 + k * Math.min(40, (W - LEFT - 60) / Math.max(1, untimed.length)), TOP + lanes.indexOf(e.row) * LANE, false]));
   drawn.forEach(([e, cx, cy, outside]) => {
     const m = e.marker;
     const c = m === "origin" ? svgel("rect", {x: cx - 7, y: cy - 7, width: 14, height: 14, transform: "rotate(45 " + cx + " " + cy + ")"}) : svgel("circle", {cx: cx, cy: cy, r: m === "surface" ? 7 : 5});

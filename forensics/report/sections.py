@@ -936,7 +936,13 @@ class TimelineEvent:
 
     @property
     def lane(self) -> str:
+        """Whose event it is: its rank, else its role."""
         return f"rank {self.rank}" if self.rank is not None else (self.role or "other")
+
+    @property
+    def row(self) -> str:
+        """The lane a time axis draws it in: evidence without a wall-clock time has its own."""
+        return UNTIMED_LANE if self.untimed else self.lane
 
 
 def _timeline_event(e: Event, facts: Facts) -> TimelineEvent:

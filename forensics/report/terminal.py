@@ -1,5 +1,7 @@
-"""The terminal report (rich): the headline first, then known issues and next steps, the
-processes, the timeline, the checklist, the environment and the inputs.
+"""The terminal report (rich): the verdict box (the headline and the verdict's findings),
+then the report's other sections in the document's order - on the first screen only those
+registered for it, in their compact form; with --full all of them; with --show those named.
+Each section is drawn by its function here (``@DRAW.of``); what it says, the document decided.
 
 Fits the terminal's width (80 columns when piped, or $COLUMNS); plain text without box
 characters or styles when stdout is not a terminal or NO_COLOR is set.  Every string
