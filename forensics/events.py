@@ -14,7 +14,8 @@ Event kinds are one enum with named groups, defined here and nowhere else:
   the engine relayed a worker's error, the API server saw the engine die, a launcher saw
   a child exit, a collective timed out waiting);
 - ``CONTEXT``: what the rules read to understand the run (configuration, identities,
-  exits, dumps of live stacks), shown on the timeline when asked.
+  exits, dumps of live stacks, Flight Recorder dumps and their records), shown on the
+  timeline when asked.
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ class Kind(str, enum.Enum):
     STACK_DUMP = "stack-dump"              # py-spy / faulthandler dump of a live process
     LAUNCHER_SUMMARY = "launcher-summary"  # torchrun's ChildFailedError summary
     ENVIRONMENT = "environment"            # collect_env / nvidia-smi / pip freeze facts
+    FLIGHT_RECORDER = "flight-recorder"    # a Flight Recorder dump: one rank's process groups and progress
+    COLLECTIVE_RECORD = "collective-record"  # one entry of that dump: a collective the rank enqueued
 
     def __str__(self) -> str:          # f-strings and JSON show the value
         return self.value
@@ -113,9 +116,10 @@ RELAY = frozenset({Kind.PEER_FAILURE, Kind.COLLECTIVE_TIMEOUT, Kind.NCCL, Kind.W
                    Kind.PARENT_EXITED, Kind.SIGNAL_RECEIVED, Kind.SCHEDULER_DUMP, Kind.HTTP,
                    Kind.CHILD_FAILED})
 CONTEXT = frozenset({Kind.LOG, Kind.CONFIG, Kind.PROCESS_IDENTITY, Kind.EXIT, Kind.SHUTDOWN,
-                     Kind.STACK_DUMP, Kind.LAUNCHER_SUMMARY, Kind.ENVIRONMENT})
+                     Kind.STACK_DUMP, Kind.LAUNCHER_SUMMARY, Kind.ENVIRONMENT, Kind.FLIGHT_RECORDER,
+                     Kind.COLLECTIVE_RECORD})
 # What the failure story is made of: shown on every timeline.
-STORY = OWN_FAILURE | DEVICE_EVIDENCE | RELAY | {Kind.EXIT, Kind.STACK_DUMP, Kind.LAUNCHER_SUMMARY}
+STORY = OWN_FAILURE | DEVICE_EVIDENCE | RELAY | {Kind.EXIT, Kind.STACK_DUMP, Kind.LAUNCHER_SUMMARY, Kind.FLIGHT_RECORDER}
 
 
 class FrozenAttrs(dict):

@@ -210,6 +210,12 @@ def error_check_frames() -> tuple[re.Pattern, ...]:
 
 
 @functools.lru_cache(maxsize=None)
+def going_down_frames() -> tuple[re.Pattern, ...]:
+    """Native functions that run only while a process goes down (std::terminate, abort)."""
+    return tuple(re.compile(p) for p in load("surface_apis")["going_down"]["functions"])
+
+
+@functools.lru_cache(maxsize=None)
 def library_internal_files() -> tuple[re.Pattern, ...]:
     """Library files whose caller is the more useful surface site."""
     return tuple(re.compile(p) for p in load("surface_apis")["skip"]["files"])

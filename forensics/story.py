@@ -29,6 +29,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from forensics import knowledge
+from forensics.collectives import Lineup, from_events as line_up_dumps
 from forensics.events import Event, Kind, Severity, freeze
 from forensics.timeline import ProcessInfo, ProcessTable
 
@@ -116,6 +117,9 @@ class Story:
 class Stories:
     stories: tuple[Story, ...]
     unattributed: tuple[Observation, ...]     # failure lines no process signed
+    # every rank's Flight Recorder dump lined up (forensics/collectives.py): who never
+    # entered the collective its peers wait in; None without dumps
+    collectives: Lineup | None = None
 
 
 def _before(a: Event, b: Event) -> bool:
@@ -152,7 +156,10 @@ def consequence_of_timeout(event: Event, first_timeout: Event | None = None) -> 
         return False
     text = event.message + " " + str(event.attrs.get("what") or "")
     if any(w in text for w in _TIMEOUT_WORDS):
-        return True
+        # an exception that timed out with no collective timing out anywhere in the run
+        # (an engine's TimeoutError waiting on its workers' message queue) is the
+        # process's own failure: what stopped answering is below it
+        return event.kind != Kind.EXCEPTION or first_timeout is not None
     return (event.kind == Kind.FATAL_SIGNAL and not event.attrs.get("what") and first_timeout is not None
             and event.attrs.get("cxx_type") in knowledge.watchdog_exceptions() and after(event, first_timeout))
 
@@ -281,15 +288,28 @@ def subjects(event: Event, table: ProcessTable) -> list[tuple[ProcessInfo | None
             (event.kind == Kind.SHUTDOWN and event.attrs.get("subject_pid") is not None):
         pid = event.attrs.get("subject_pid")
         info = table.by_pid(pid) if pid is not None else table.by_name(event.attrs.get("subject_process"))
-        if info is None and isinstance(event.attrs.get("subject_rank"), int):
-            info = table.by_rank(event.attrs["subject_rank"])
-        if info is None and pid is None and event.attrs.get("subject_rank") is None \
-                and not event.attrs.get("subject_process"):
+        rank = event.attrs.get("subject_rank")
+        if rank is None and pid is None and event.kind == Kind.CHILD_FAILED:
+            rank = event.attrs.get("local_rank")   # the child's command line gave its --local_rank
+        if info is None and isinstance(rank, int):
+            info = table.by_rank(rank)
+        if info is None and pid is None and rank is None and not event.attrs.get("subject_process"):
             return []
         if event.kind == Kind.EXIT and event.attrs.get("exit_code") in (None, 0):
             return []
         out.append((info, event))
     return out
+
+
+def _lone_announcement(observations: list[Observation]) -> list[Observation]:
+    """A worker's announcement of its own failure ("WorkerProc hit an exception.", "Error
+    executing method init_device", "Scheduler hit an exception") with nothing else of its
+    own in view - its traceback cut away - is its own failure, cause unknown.  Beside its
+    traceback (or anything else it says) it adds nothing."""
+    if not observations or any(o.event.kind != Kind.WORKER_EXCEPTION for o in observations
+                               if o.seen != Seen.EXITED and o.reported_by is None):
+        return observations
+    return [replace(o, seen=Seen.OWN_ERROR) if o.event.kind == Kind.WORKER_EXCEPTION else o for o in observations]
 
 
 def tell(events, table: ProcessTable) -> Stories:
@@ -316,7 +336,7 @@ def tell(events, table: ProcessTable) -> Stories:
                 per_key.setdefault(subject.key, []).append(killed)
     stories = []
     for info in table.processes():
-        observations = per_key.get(info.key, [])      # in timeline order
+        observations = _lone_announcement(per_key.get(info.key, []))      # in timeline order
         stories.append(Story(key=info.key, pid=info.pid, rank=info.rank, role=info.role, name=info.name,
                              host=info.host, pids=tuple(sorted(info.pids)), observations=tuple(observations)))
-    return Stories(tuple(stories), tuple(unattributed))
+    return Stories(tuple(stories), tuple(unattributed), line_up_dumps(current))

@@ -154,6 +154,7 @@ class ProcessTable:
         self._follows: dict[tuple[str, int], str] = {}   # (source, line) of a report's unprefixed lines -> its writer
         self._sole: str | None = None   # the one process the inputs name, when they name one (see _settle_sole_process)
         self._unprefixed: set[str] = set()  # files no line of which names its process
+        self._relaying_sources: set[str] = set()  # consoles that prefix relayed processes' lines (Ray's driver)
 
     # -- learning ------------------------------------------------------------------
 
@@ -217,6 +218,8 @@ class ProcessTable:
                                                        "debugger": False})
             if event.pid is not None or event.process or event.rank is not None:
                 facts["prefixed"] = True
+            if event.process and event.pid is not None and event.host:
+                self._relaying_sources.add(event.source)    # "(Name pid=N, ip=A) ...": Ray relaying an actor's line
             if _programs_line(event):
                 facts["program"] = True
             if _debuggers_line(event):
@@ -306,6 +309,14 @@ class ProcessTable:
         if follows is None and self._sole is not None and event.source in self._unprefixed and \
                 _programs_line(event, self._inferior):
             return self._sole           # (a file with prefixes: its unprefixed lines are another writer's)
+        if follows is None and event.source in self._relaying_sources and event.attrs.get("level") and \
+                self._sole is None:
+            # a console that prefixes the lines of the processes it relays (Ray's driver over
+            # its actors, each named with pid and node): a logger's record without a prefix
+            # is the console owner's own - its main process.  (Not vLLM's own prefixes: its
+            # engine core may print bare beside its prefixed workers.  Raw lines without a
+            # record header stay unsigned: a child's stderr comes through bare.)
+            return STREAM + event.source
         return follows
 
     def _info(self, key: str) -> ProcessInfo:
@@ -402,6 +413,14 @@ class ProcessTable:
             known = self.by_name(name)
             self._from_name(known or self._info(f"rank:{rank}" if rank is not None else f"name:{name}"), name)
         subject_rank = event.attrs.get("subject_rank")
+        if event.kind == Kind.CHILD_FAILED and subject_rank is None and subject_pid is None and \
+                isinstance(event.attrs.get("local_rank"), int):
+            # a launcher quoting the command of the child that failed, by its --local_rank
+            # (DeepSpeed, torch.distributed.launch): that rank of the node, known only so
+            other = self._info(f"rank:{event.attrs['local_rank']}")
+            other.rank, other.role = event.attrs["local_rank"], other.role or "worker"
+            other.rank_basis = other.rank_basis or f"{event.where}: local rank of a failed child's command"
+            self._died.setdefault(id(other), event.time)
         if event.kind in (Kind.WORKER_DIED, Kind.CHILD_FAILED) and isinstance(subject_rank, int) and subject_pid is None:
             other = self._info(f"rank:{subject_rank}")      # "MPI_ABORT was invoked on rank 2", "Shard 1 crashed"
             other.rank, other.role = subject_rank, other.role or "worker"

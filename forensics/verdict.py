@@ -199,9 +199,15 @@ class RankVerdict:
 class Hang:
     collective: str | None
     seq: int | None
-    waited: tuple[int, ...]         # ranks that reported timing out
+    waited: tuple[int, ...]         # ranks that reported timing out (Flight Recorder: that wait in it)
     suspects: tuple[int, ...]       # ranks that did not (or were behind)
-    culprit_doing: str | None = None  # what the stalled rank was doing, from a stack dump
+    culprit_doing: str | None = None  # what the stalled rank was doing, from a stack dump or its dump
+    basis: str = "logs"             # logs | flight-recorder: what named the suspects
+    group: str | None = None        # the process group (Flight Recorder)
+    culprit_how: str | None = None  # never-entered | stuck-earlier | mismatch | no-dump (Flight Recorder)
+    called_at: str | None = None    # where the waiting ranks' program called the collective
+    evidence: tuple[str, ...] = ()  # the dumps read
+    waits: tuple[tuple[int, str], ...] = ()  # (rank, the collective it waits in) of every waiting rank (Flight Recorder)
 
 
 @dataclass(frozen=True)

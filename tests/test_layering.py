@@ -265,8 +265,9 @@ def test_no_cycle_between_stages_even_counting_deferred_imports():
 # --- the stages --------------------------------------------------------------------------
 
 SHELLS = ("forensics.cli", "forensics.api", "forensics.__main__", "forensics.compare")
-STAGES_AFTER_PARSING = ("forensics.timeline", "forensics.story", "forensics.rules", "forensics.verdict", "forensics.case",
-                        "forensics.report", "forensics.redact", "forensics.engines", "forensics.kb")
+STAGES_AFTER_PARSING = ("forensics.timeline", "forensics.collectives", "forensics.story", "forensics.rules",
+                        "forensics.verdict", "forensics.case", "forensics.report", "forensics.redact", "forensics.engines",
+                        "forensics.kb")
 
 
 def test_inputs_use_only_the_knowledge_catalogues():
@@ -296,6 +297,16 @@ def test_stories_sit_between_the_timeline_and_the_rules():
                                              "forensics.verdict", "forensics.case", "forensics.report",
                                              "forensics.redact", *SHELLS))
     assert not bad, bad
+
+
+def test_the_collectives_line_up_reads_events_only():
+    """forensics/collectives.py lines the Flight Recorder dumps up from their events, for
+    the stories: it knows the events and the catalogues, no parser (its records come as
+    events), no process table, no rule."""
+    bad = [f"{e.source} imports {e.target}" for e in ALL_EDGES
+           if e.source == "forensics.collectives" and e.target not in ("forensics.events", "forensics.knowledge")]
+    assert not bad, bad
+    assert ("forensics.story", "forensics.collectives") in {(e.source, e.target) for e in EDGES}
 
 
 def test_rules_read_evidence_and_write_the_verdict_only():

@@ -45,6 +45,7 @@ from tests.pumps import Pump, linear, pumps
 # (checked here) or text, never overlooked.
 
 REGEX = {
+    "prefilter": ["identity.patterns[]", "identity.tag"],
     "cuda_error_forms": ["form[].pattern"],
     "cuda_errors": ["recognise.patterns[]"],
     "environment_facts": ["fact[].pattern"],
@@ -54,7 +55,7 @@ REGEX = {
     "processes": ["quoted_process[].pattern", "rank_hint[].pattern", "role[].pattern"],
     "redaction": ["rule[].pattern", "rule[].gate", "names.secret"],
     "signature": ["fault_class[].pattern", "kernels.normalisers[][0]", "surface.skip_files[]"],
-    "surface_apis": ["api[].pattern", "skip.files[]", "skip.functions[]"],
+    "surface_apis": ["api[].pattern", "skip.files[]", "skip.functions[]", "going_down.functions[]"],
     "wrappers": ["wrapper[].pattern"],
     # a known issue's environment conditions are regexes, except version ranges
     "known_issues/*": ["match.any[].surface_file", "match.any[].surface_function", "match.any[].origin_kernel",
@@ -79,6 +80,7 @@ TEXT = {
     "next_steps": ["step[].id", "step[].when", "step[].title", "step[].why", "step[].action", "step[].command",
                    "step[].engines[]", "step[].vllm_at_least"],
     "nccl": ["peer.words[]", "peer.results[]"],
+    "flightrec": ["detect.*", "names.suffixes[]", "states.*", "frames.skip_files[]", "sizes.must_match[]"],
     "noise": ["noise[].id"],
     "phases": ["startup.frames[].function", "startup.frames[].file", "startup.messages[]",
                "startup.exceptions[]"],

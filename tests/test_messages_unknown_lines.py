@@ -55,7 +55,7 @@ def kind_of(line: str, level: str = "ERROR"):
     ("Scheduler watchdog timeout (self.watchdog_timeout=90, self.soft=False)", Kind.COLLECTIVE_TIMEOUT,
      "sglang-watchdog-timeout"),
     ("Health check failed. Server couldn't get a response from detokenizer for last 20 seconds.",
-     Kind.COLLECTIVE_TIMEOUT, "sglang-watchdog-timeout"),
+     Kind.COLLECTIVE_TIMEOUT, "sglang-detokenizer-silent"),
     ("[PG ID 0 PG GUID 0(default_pg) Rank 6] Heartbeat monitor timed out! Process will be terminated after dumping "
      "debug info. workMetaList_.size()=3", Kind.COLLECTIVE_TIMEOUT, "nccl-heartbeat"),
     # start-up failures of its own

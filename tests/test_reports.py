@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 RECORDINGS = sorted(
     [p for p in (REPO / "samples").iterdir() if p.is_dir()]
-    + [p for d in ("gpu", "cpu", "handmade") for p in (DATA / d).iterdir() if p.is_dir()]
+    + [p for d in ("gpu", "cpu", "handmade", "flightrec") for p in (DATA / d).iterdir() if p.is_dir()]
     + [DATA / "collect" / "h200_cupy_oob" / "bundle.tar.gz", DATA / "env" / "h200"]
     + [p for p in shared_bundles()]
 )

@@ -274,3 +274,39 @@ def test_a_corrupt_gzip_is_read_up_to_the_damage_whichever_decompressor_reads_it
     source = case.sources[0]
     assert source.lines > 10_000                      # what came before the damage was read
     assert any("read stopped" in p for p in source.problems), source.problems
+
+
+def _sanitizer_record(kernel: str, line: int, size: int = 4) -> list[bytes]:
+    return [b"========= Invalid __global__ read of size %d bytes" % size,
+            b"=========     at %s+0x%x in %s.cu:%d" % (kernel.encode(), 16 * line, kernel.encode(), line),
+            b"=========     by thread (%d,0,0) in block (0,0,0)" % (line % 7),
+            b"=========     Address 0x7f00%04x is out of bounds" % line,
+            b"=========     Saved host backtrace up to driver entry point at kernel launch time",
+            b"=========         Host Frame: launch_%s [0x1234] in libapp.so" % kernel.encode(),
+            b"========= "]
+
+
+def test_a_long_sanitizer_log_parses_each_distinct_record_once_and_counts_its_repeats(monkeypatch):
+    """Millions of near-identical memcheck records: each (kernel, access, size, source
+    line) is parsed once with its full detail, its repeats counted whole; past the first
+    SANITIZER_FULL_RECORDS distinct ones, a new record keeps its finding without its host
+    backtrace.  Every distinct kernel stays in view."""
+    monkeypatch.setattr(scan, "SANITIZER_FULL_RECORDS", 3)    # the banner, gemm, attn
+    lines = [b"========= COMPUTE-SANITIZER"]
+    for i in range(300):
+        lines += _sanitizer_record("gemm", 10) + _sanitizer_record("attn", 20)
+    lines += _sanitizer_record("gemm", 10, size=8)      # another size: another record
+    lines += _sanitizer_record("norm", 30) + _sanitizer_record("norm", 30)
+    lines += [b"========= ERROR SUMMARY: 603 errors"]
+    scanner = scan.Scanner(__import__("io").BytesIO(b"\n".join(lines) + b"\n"), busy=lambda: False,
+                           head_lines=0, tail_lines=0)
+    parsed = dict(scanner.lines())
+    text = "\n".join(parsed.values())
+    for kernel in ("gemm+", "attn+", "norm+"):
+        assert kernel in text
+    assert text.count("at gemm+") == 2 and text.count("at attn+") == 1 and text.count("at norm+") == 1
+    # the first two distinct records in full, the later ones without their host frames
+    assert "launch_gemm" in text and "launch_attn" in text and "launch_norm" not in text
+    assert "ERROR SUMMARY" in text
+    assert len(parsed) + scanner.counted == len(lines)
+    assert any("compute-sanitizer records" in p for p in scanner.problems)

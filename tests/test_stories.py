@@ -278,9 +278,12 @@ def test_a_launchers_own_traceback_is_a_relay_of_its_child_not_the_childs_error(
     (tb,) = [e for e in case.events if e.chain]
     assert story.seen_in(tb, None, None) == Seen.RELAY
     v = case.verdict
-    (row,) = v.ranks
-    assert row.name == MAIN_PROCESS and row.status == Status.COLLATERAL
-    assert v.failure_kind == FailureKind.RELAY_ONLY and v.first_failure.key is None
+    rows = {r.name or r.key: r for r in v.ranks}
+    assert rows[MAIN_PROCESS].status == Status.COLLATERAL
+    # the child it quotes, by the --local_rank of its command: died of SIGSEGV
+    child = rows["rank:7"]
+    assert child.rank == 7 and child.status == Status.FAILED and "SIGSEGV" in child.failure
+    assert v.failure_kind == FailureKind.FATAL_SIGNAL and v.first_failure.rank == 7
     assert v.surfaces == (), "a launcher's traceback is no place where the error surfaced"
 
 

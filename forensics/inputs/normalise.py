@@ -209,6 +209,11 @@ class Normaliser:
                     text, got, partial = decoded
                     fields.update(got)
                     text = clean_escapes(text)
+                elif wrapper.decoder == "quotes":
+                    # a frame line whose quotes a collector or a paste escaped: unescaped
+                    if not wrapper.pattern.match(text):
+                        continue
+                    text = text.replace('\\"', '"')
                 elif wrapper.at_end:
                     match = wrapper.pattern.search(text)
                     if not match:

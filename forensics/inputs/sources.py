@@ -75,7 +75,7 @@ class Source:
 
     relpath: str                 # for display: relative to the folder given, always valid text
     path: Path | None            # None for stdin and archive members
-    kind: str                    # text | compute-sanitizer-xml | cuda-coredump | elf-core |
+    kind: str                    # text | compute-sanitizer-xml | cuda-coredump | elf-core | flight-recorder |
                                  # archive-tar | archive-zip | unknown
     size: int | None = None      # bytes as listed (compressed size for compressed files)
     mtime: datetime | None = None
@@ -428,6 +428,8 @@ def kind_of(relpath: str, head: bytes) -> tuple[str, tuple[str, ...]]:
     for magic, what in _IMAGES:
         if head.startswith(magic):
             return "unknown", (f"{relpath}: {what}, not a log; skipped",)
+    if flight_recorder_dump(head):
+        return "flight-recorder", ()
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
         # SGLang's --crash-dump-folder and other tools write pickles: loading one runs
         # whatever code it names, so it is never loaded
@@ -442,6 +444,24 @@ def kind_of(relpath: str, head: bytes) -> tuple[str, tuple[str, ...]]:
     if start.startswith("<?xml") and "<ComputeSanitizerOutput" in start or start.startswith("<ComputeSanitizerOutput"):
         return "compute-sanitizer-xml", ()
     return "text", ()
+
+
+def flight_recorder_dump(head: bytes) -> bool:
+    """PyTorch's Flight Recorder dump, by its first keys (data/flightrec.toml [detect]):
+    the pickle starts with its version key and names the dump's other keys soon after
+    (it is read by a reader that runs nothing: forensics/parsers/flightrec/); the JSON
+    form is an object whose keys come sorted, the entries' keys first when there are
+    entries.  Any other pickle stays unread (below)."""
+    from forensics import knowledge
+    detect = knowledge.load("flightrec")["detect"]
+    if head[:1] == b"\x80":
+        return detect["version_key"].encode() in head[:64] and any(k.encode() in head for k in detect["keys"])
+    start = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if start[:1] != b"{":
+        return False
+    def quoted(keys):
+        return [f'"{k}"'.encode() for k in keys]
+    return any(k in start for k in quoted(detect["json_any"])) or all(k in start for k in quoted(detect["json_keys"]))
 
 
 _IMAGES = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),

@@ -23,6 +23,7 @@ tracebacks before it; its exception line does not).
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 from array import array
@@ -40,6 +41,10 @@ HEAD_LINES = 1000           # the first lines of a file: start-up (versions, con
 REPEAT_CAP = 200            # hit lines of one template parsed before the rest are counted
 MAX_TEMPLATES = 100_000     # templates tracked (memory stays bounded on all-distinct lines)
 MAX_LINE = 1 << 20
+SANITIZER_FULL_RECORDS = 1000   # distinct sanitizer records parsed with their host backtrace
+SANITIZER_HEAD = b"========= "   # a compute-sanitizer line; a record's headline has no blank after it
+_PC_OFFSET = re.compile(rb"\+0x[0-9a-fA-F]+|\bat 0x[0-9a-fA-F]+")
+_RECORD_GOES_ON = re.compile(rb"\n(?!=========(?:  | *\r?\n))")
 BACKFILL_LINES = 400        # lines from a held (counted) line to a new hit that are parsed after all
 IDENTITY_BYTES = 160        # the head of a line where its prefix names the process
 
@@ -87,6 +92,8 @@ def _identity_patterns() -> tuple[tuple[re.Pattern, ...], re.Pattern]:
 def identity_of(raw: bytes) -> bytes:
     """Who printed a line and from where, from its head (data/prefilter.toml [identity]):
     the rank, pid, TP/DP tag, task label and logger site, joined; b"" when none."""
+    if raw.startswith(b"====="):
+        return b""      # compute-sanitizer's records: one process per log, and millions of lines
     head = raw[:IDENTITY_BYTES]
     patterns, tag = _identity_patterns()
     found = b"\0".join([m.group() for m in map(lambda p: p.search(head), patterns) if m is not None])
@@ -95,6 +102,17 @@ def identity_of(raw: bytes) -> bytes:
         if m is not None:
             found += b"\0" + m.group()
     return found
+
+
+def _record_end(block: bytes, start: int) -> int:
+    """Where the compute-sanitizer record whose headline is at ``start`` ends: after its
+    last line, the next line being no continuation of it ("=========" and two blanks, or
+    the bare marker); ``start`` -1: the record's continuation at the block's start."""
+    found = _RECORD_GOES_ON.search(block, start if start >= 0 else 0) if start >= 0 else \
+        _RECORD_GOES_ON.search(b"\n" + block[:1 << 20])
+    if found is None:
+        return len(block)
+    return found.start() + 1 if start >= 0 else found.start()
 
 
 class Scanner:
@@ -120,6 +138,10 @@ class Scanner:
         # (offset in the block, line number, template) of each
         self._held: deque[tuple[int, int, bytes]] = deque(maxlen=BACKFILL_LINES)
         self._held_template = b""
+        self._records: set[bytes] = set()       # compute-sanitizer records parsed (their keys)
+        self._records_skipped = 0
+        self._skipping = False                  # a counted sanitizer record runs on into the next block
+        self._skipping_lines = 0
         self._new = False           # whether the last hit's template was seen for the first time
         self._next_hit: int | None = None
         self._base = 0              # absolute offset of the current block
@@ -179,13 +201,55 @@ class Scanner:
             starts = self._block_hits(block) if self._hits is not None else _hit_lines(block)
             self._base += len(block)
             cursor, cursor_line = 0, lineno          # a monotonic line counter for repeats
+            record_until = 0                         # the end of a sanitizer record being parsed whole
+            cut_from = cut_to = 0                    # a sanitizer record's host backtrace, counted
+            if self._skipping:
+                # a repeated sanitizer record ran on into this block: the rest of it too
+                pos = cursor = _record_end(block, -1)
+                cursor_line += block.count(b"\n", 0, pos)
+                self.counted += cursor_line - lineno
+                self._skipping_lines += cursor_line - lineno
+                lineno = cursor_line
+                self._skipping = pos >= len(block)
             for start in starts + [len(block)]:
                 if start < pos:
                     continue
                 if start < len(block):
                     cursor_line += block.count(b"\n", cursor, start)
                     cursor = start
-                    if self._repeats(block, start, cursor_line + 1):
+                    if cut_from <= start < cut_to:
+                        # the host backtrace of a record parsed without it: counted (and
+                        # its rest in the next block, when it runs on into it)
+                        cursor_line += block.count(b"\n", start, cut_to)
+                        cursor = pos = cut_to
+                        self.counted += cursor_line - lineno
+                        lineno = cursor_line
+                        self._skipping = cut_to >= len(block)
+                        continue
+                    headline = start >= record_until and block.startswith(SANITIZER_HEAD, start) and \
+                        block[start + len(SANITIZER_HEAD):start + len(SANITIZER_HEAD) + 1].strip()
+                    if headline and not self._record_seen(block, start):
+                        record_until = _record_end(block, start)    # parsed whole: no storm inside it
+                        if len(self._records) > SANITIZER_FULL_RECORDS:
+                            # past the first records in full: a new one's finding (kernel,
+                            # access, location) without its host backtrace
+                            frames = block.find(b"Saved host backtrace", start, record_until)
+                            if frames >= 0:
+                                frames = block.rfind(b"\n", start, frames) + 1
+                                cut_from, cut_to, record_until = frames, record_until, frames
+                    elif headline:
+                        # a compute-sanitizer record like one already parsed (kernel,
+                        # access, size, source line): counted whole - its lines are all
+                        # hits, and a long run's millions of them are the cost
+                        end = _record_end(block, start)
+                        cursor_line += block.count(b"\n", start, end)
+                        cursor = pos = end
+                        self.counted += cursor_line - lineno
+                        self._skipping_lines += cursor_line - lineno
+                        lineno = cursor_line
+                        self._skipping = end >= len(block)
+                        continue
+                    if start >= record_until and self._repeats(block, start, cursor_line + 1):
                         # an error storm: this line and the lines before it are counted,
                         # even inside an open block (its other lines repeat too); the line
                         # is held in case a new hit shows it opened something that matters
@@ -253,10 +317,32 @@ class Scanner:
         self.counted -= len(last)
         for number, raw in last:
             yield number, self._text(raw)
+        if self._records_skipped:
+            self.problems.append(f"{self._records_skipped:,} compute-sanitizer records ({self._skipping_lines:,} lines) "
+                                 f"repeating one of {len(self._records):,} already parsed (the same kernel, access, "
+                                 "size and source line) were counted, not parsed")
         if self.repeated:
             self.problems.append(f"{self.repeated - len(last):,} lines repeating {len(self._last):,} error "
                                  f"template(s) more than {REPEAT_CAP} times were counted, not parsed (the first "
                                  f"{REPEAT_CAP} and the last of each were)")
+
+    def _record_seen(self, block: bytes, start: int) -> bool:
+        """Whether the compute-sanitizer record whose headline is at ``start`` repeats one
+        already parsed: its headline (the access and size) and its location line (the
+        kernel and the source line, the PC offset masked) seen before."""
+        first_nl = block.find(b"\n", start)
+        second_nl = block.find(b"\n", first_nl + 1) if first_nl >= 0 else -1
+        if first_nl < 0 or second_nl < 0:
+            return False
+        # a digest: memory stays bounded on a log of all-distinct records
+        key = hashlib.blake2b(block[start:first_nl][:1024] + _PC_OFFSET.sub(b"", block[first_nl:second_nl][:1024]),
+                              digest_size=16).digest()
+        if key in self._records:
+            self._records_skipped += 1
+            return True
+        if len(self._records) < MAX_TEMPLATES:
+            self._records.add(key)
+        return False
 
     def _repeats(self, block: bytes, start: int, number: int) -> bool:
         """Whether the hit line at ``start`` repeats a template (``template_of``) seen more

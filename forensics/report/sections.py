@@ -616,23 +616,32 @@ class Hang(Section):
     def present(self) -> bool:
         return self.hang is not None
 
+    # what the rank that did not join did instead (the Flight Recorder tells)
+    CULPRIT = {"never-entered": "never entered it", "stuck-earlier": "is stuck in an earlier collective",
+               "mismatch": "recorded another op or shapes", "no-dump": "left no dump"}
+
     @property
     def line(self) -> Phrase:
         h = self.hang
         if h is None:
             return ()
-        parts: list = [code(h.collective) if h.collective else Span("collective unknown", mark=Mark.UNKNOWN),
-                       words(f" SeqNum={h.seq}") if h.seq is not None and h.collective else None]
+        parts: list = [code(h.collective) if h.collective else Span("collective unknown", Form.WORDS, Mark.UNKNOWN),
+                       words(f" SeqNum={h.seq}") if h.seq is not None and h.collective else None,
+                       words(" of process group ") if h.group else None, h.group]
         if h.waited:
             parts.append(words(f"; {ranks_phrase(h.waited)} waited in it"))
         if h.suspects:
-            parts.append(words(f"; {ranks_phrase(h.suspects)} did not join"))
+            parts.append(words(f"; {ranks_phrase(h.suspects)} {self.CULPRIT.get(h.culprit_how or '', 'did not join')}"))
         if h.culprit_doing:
-            parts += [words("; the stalled rank was in "), prose(h.culprit_doing)]
+            parts += [words("; the stalled rank: "), prose(h.culprit_doing)]
         return phrase(*parts)
 
     def json(self) -> dict:
-        return {"verdict": {"hang": asjson(self.hang)}}
+        h = self.hang
+        return {"verdict": {"hang": {
+            "collective": h.collective, "seq": h.seq, "waited": list(h.waited), "suspects": list(h.suspects),
+            "culprit_doing": h.culprit_doing, "basis": h.basis, "group": h.group, "culprit_how": h.culprit_how,
+            "called_at": h.called_at, "evidence": list(h.evidence)} if h else None}}
 
 
 @section("hardware", "Hardware or software", 46, group=Group.VERDICT, first_screen=True)

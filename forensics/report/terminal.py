@@ -183,13 +183,13 @@ def _row(label: str, content) -> Table:
     return grid
 
 
-def _aside(text: str, style: str = "note") -> Text:
-    """A line under a row's text (its continuation column)."""
-    return Text(" " * ROW_LABEL + plain(text), style=style)
+def _aside(text: str, style: str = "note") -> Table:
+    """A line under a row's text, in its column (wrapped lines too)."""
+    return _row("", Text(plain(text), style=style))
 
 
-def _aside_phrase(words: Phrase, style: str = "note") -> Text:
-    return Text.assemble(" " * ROW_LABEL, text_of(words, style))
+def _aside_phrase(words: Phrase, style: str = "note") -> Table:
+    return _row("", text_of(words, style))
 
 
 def _verdict_panel(document: Document, ctx: Ctx):

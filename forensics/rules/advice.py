@@ -68,8 +68,9 @@ class NextSteps(Rule):
             gaps.add("device-assert")
         if kind in (FailureKind.HANG, FailureKind.NCCL_TIMEOUT):
             gaps.add("hang")
-            if kind == FailureKind.NCCL_TIMEOUT or any(e.attrs.get("message_id", "").startswith("nccl")
-                                                      for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)):
+            if (kind == FailureKind.NCCL_TIMEOUT or any(e.attrs.get("message_id", "").startswith("nccl")
+                                                       for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT))) \
+                    and not evidence.of_kind(Kind.FLIGHT_RECORDER):     # (its dumps are in the inputs already)
                 gaps.add("nccl-hang")
         if kind == FailureKind.OOM:
             gaps.add("oom")

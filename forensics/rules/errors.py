@@ -149,26 +149,38 @@ class SurfacePoints(Rule):
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
         error = verdict.error
         kinds = (Kind.CUDA_ERROR, Kind.OOM) if error is not None else (Kind.CUDA_ERROR, Kind.OOM, Kind.EXCEPTION,
-                                                                        Kind.FATAL_SIGNAL, Kind.COLLECTIVE_TIMEOUT)
+                                                                        Kind.FATAL_SIGNAL, Kind.COLLECTIVE_TIMEOUT,
+                                                                        Kind.NCCL)
         per_process: dict = {}
         # what the stories read as a relay (an API server's traceback, a launcher's) is no
-        # place where the error surfaced
+        # place where the error surfaced; an NCCL line is one only when it is the
+        # process's own error (its communicator failed), not a peer's failure seen from it
         stories = evidence.stories
-        relayed = {id(o.event) for s in stories.stories for o in s.observations if o.seen == Seen.RELAY}
-        relayed |= {id(o.event) for o in stories.unattributed if o.seen == Seen.RELAY}
+        observations = [o for s in stories.stories for o in s.observations] + list(stories.unattributed)
+        relayed = {id(o.event) for o in observations if o.seen == Seen.RELAY}
+        own = {id(o.event) for o in observations if o.seen == Seen.OWN_ERROR}
+        # an exception a process raised after it noticed another's failure (an engine core
+        # whose worker was killed): a consequence, no place where a failure surfaced
+        after_noticing = {id(o.event) for s in stories.stories if s.noticed_before_failing is not None
+                          for o in s.observations}
         for event in evidence.of_kind(*kinds):
             if event.attrs.get("earlier_run") or id(event) in relayed:
+                continue
+            if event.kind == Kind.NCCL and id(event) not in own:
                 continue
             if event.kind == Kind.FATAL_SIGNAL and not event.attrs.get("crash_frame") and not event.attrs.get("raised_file"):
                 continue
             if event.kind == Kind.COLLECTIVE_TIMEOUT and not event.chain:
                 continue                 # a hang: where a waiting rank noticed it (its traceback)
-            if event.kind in (Kind.EXCEPTION, Kind.FATAL_SIGNAL) and event.role in ("engine-core", "api-server", "launcher"):
-                continue                 # an engine's or a server's own traceback, when no error was reported
+            if event.kind in (Kind.EXCEPTION, Kind.FATAL_SIGNAL) and event.role in ("api-server", "launcher") \
+                    and id(event) not in own:
+                continue                 # a server's or a launcher's traceback: its child's failure, relayed
+            if event.kind in (Kind.EXCEPTION, Kind.FATAL_SIGNAL) and id(event) in after_noticing:
+                continue
             surface = surface_of(event)
             if surface.file is None and surface.api is None and event.kind != Kind.CUDA_ERROR:
                 continue
-            if event.attrs.get("cut") and not _cut_shows_the_call(event, surface):
+            if event.attrs.get("cut") and not _error_before_the_cut(event) and not _cut_shows_the_call(event, surface):
                 continue                 # a traceback cut before its exception: where it raised is not shown
             if event.pid is None and event.rank is None:
                 info = evidence.processes.info_of(event)     # a paste's main process, by its name
@@ -211,6 +223,18 @@ class SurfacePoints(Rule):
                             f"{s.source}.")
         if not surfaces and error is not None:
             verdict.explain("The error is only known from relayed messages; no process's own report of it was found.")
+
+
+def _error_before_the_cut(event: Event) -> bool:
+    """Whether an exception came out whole before the chain was cut - the one carrying
+    the CUDA error, else any: a later exception raised while handling it (a stream context
+    exiting, a busy loop dying of it) is what the cut took, not where it surfaced."""
+    chain = event.chain
+    if event.attrs.get("cuda_error") is None:
+        return len(chain) > 1 and not chain[-1].type and any(exc.type for exc in chain[:-1])
+    carrier = next((i for i, exc in enumerate(chain)
+                    if exc.type and knowledge.find_cuda_error(f"{exc.type}: {exc.message}")), None)
+    return carrier is not None and carrier < len(chain) - 1
 
 
 def _cut_shows_the_call(event: Event, surface: Surface) -> bool:
@@ -282,6 +306,10 @@ def surface_of(event: Event) -> Surface:
     # first (a later "Error in model execution" that re-raises it only quotes it);
     # anything else: the exception the process finally raised
     order = chain if event.attrs.get("cuda_error") is not None else tuple(reversed(chain))
+    if any(exc.type for exc in chain):
+        # a traceback cut before its exception line raised something unknown in turn: the
+        # last exception shown whole is where the failure surfaced
+        order = tuple(exc for exc in order if exc.type or not exc.cut)
     for exc in order:
         if event.attrs.get("cuda_error") is None or knowledge.find_cuda_error(f"{exc.type}: {exc.message}"):
             frames = exc.frames

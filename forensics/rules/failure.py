@@ -108,7 +108,9 @@ class CollectiveHang(Rule):
     that never reports it (or is behind in sequence numbers) is the one that did not
     join, and is named, with what its stack dump says it was doing.  When every rank
     timed out in the same collective the logs cannot tell who is late, and the verdict
-    says so."""
+    says so.  Flight Recorder dumps, when the inputs hold them, decide instead: lined up
+    by process group and sequence number (forensics/collectives.py), they name the rank
+    that never entered the collective the others wait in, from its own record."""
 
     name = "collective-hang"
     reads = ("environment", "error")
@@ -116,10 +118,13 @@ class CollectiveHang(Rule):
 
     def predicate(self, evidence: Evidence, verdict: VerdictView) -> bool:  # noqa: D102
         timeouts = hang_timeouts(evidence)
-        return bool(timeouts) and not _own_failures(evidence) and \
+        return (bool(timeouts) or _flight_hangs(evidence)) and not _own_failures(evidence) and \
             not [d for d in _deaths(evidence) if not _timeout_death(d[0], _first_timeout(evidence), bool(timeouts))]
 
     def action(self, evidence: Evidence, verdict: VerdictView) -> None:
+        if _flight_hangs(evidence):
+            self._flight(evidence, verdict)
+            return
         timeouts = hang_timeouts(evidence)
         waited: dict[int, tuple[int, str]] = {}
         for e in timeouts:
@@ -141,6 +146,37 @@ class CollectiveHang(Rule):
         verdict.explain(f"Hang: {ranks_phrase(waited)} timed out waiting in "
                         f"{op or 'a collective'}; suspected late rank(s): {', '.join(map(str, suspects)) or 'unknown'}"
                         + (f"; it was {doing}" if doing else "") + ".")
+
+    def _flight(self, evidence: Evidence, verdict: VerdictView) -> None:
+        """The hang as every rank's Flight Recorder dump shows it (forensics/collectives.py):
+        its own record says which rank never entered the collective the others wait in,
+        evidence stronger than which rank's log is silent."""
+        lineup = evidence.stories.collectives
+        hang = lineup.culprit_hang or lineup.hangs[0]
+        culprit = lineup.culprit
+        sources = sorted(set(hang.sources) | ({culprit.source} if culprit is not None and culprit.source else set()))
+        # every rank that waits, in this collective or in another group's (for the statuses)
+        waits = tuple(sorted({(r, h.collective) for h in lineup.hangs for r in h.waiting}))
+        verdict.hang = Hang(collective=hang.op, seq=hang.seq, waited=hang.waiting, suspects=lineup.suspects,
+                            culprit_doing=culprit.doing() if culprit else None, basis="flight-recorder",
+                            group=hang.group_words, culprit_how=culprit.how if culprit else None,
+                            called_at=hang.called_at, evidence=tuple(sources), waits=waits)
+        verdict.explain(f"Hang (Flight Recorder dumps of ranks {', '.join(map(str, lineup.ranks))}): "
+                        f"{ranks_phrase(hang.waiting)} wait in {hang.collective}; suspected late rank(s): "
+                        f"{', '.join(map(str, lineup.suspects)) or 'unknown'}"
+                        + (f" - {culprit.doing()}" if culprit else "") + ".")
+
+
+_HOW = {"never-entered": "never entered", "stuck-earlier": "was stuck before", "mismatch": "called something else at",
+        "not-started": "never started", "no-dump": "left no dump of"}
+
+
+def _flight_hangs(evidence: Evidence) -> bool:
+    """Whether the Flight Recorder dumps show a hang: ranks wait in a collective and one
+    is behind or it timed out - or the logs say collectives timed out (ranks that all wait
+    in one collective may otherwise just be in flight when the dump was taken)."""
+    lineup = evidence.stories.collectives
+    return lineup is not None and bool(lineup.hangs) and (lineup.hung or bool(hang_timeouts(evidence)))
 
 
 def hang_timeouts(evidence: Evidence) -> list[Event]:
@@ -426,6 +462,9 @@ class FirstFailureRule(Rule):
         verdict.explain(f"Rank {rank} (pid {earliest.pid}) failed first: {basis}.")
 
     def _hang(self, evidence: Evidence, verdict: VerdictView, hang: Hang, launcher) -> None:
+        if hang.basis == "flight-recorder":
+            self._flight_hang(evidence, verdict, hang, launcher)
+            return
         timeouts = evidence.of_kind(Kind.COLLECTIVE_TIMEOUT)
         first = timeouts[0]
         nccl = any(e.attrs.get("message_id") in ("nccl-watchdog-timeout", "nccl-timeout-work") for e in timeouts)
@@ -449,11 +488,49 @@ class FirstFailureRule(Rule):
             verdict.first_failure = FirstFailure(story.rank, story.pid, first.time, basis,
                                                  f"collective timeout in {what_op}", _differs(launcher, story.rank),
                                                  key=story.key, name=story.name)
+        elif not _timed_out_stories(evidence) and len(stuck := _stuck_stories(evidence)) == 1 and not any(
+                c.key != stuck[0].key for c in _candidates(evidence)) and not any(
+                s.key != stuck[0].key and s.all(Seen.WAITING) for s in evidence.stories.stories):
+            # one process's own watchdog says it made no progress, no other process is shown
+            # waiting (a timeout, a stack dump), and nothing else failed: the stall shown is
+            # that process's
+            story = stuck[0]
+            basis = (f"{who(story.rank, story.pid, story.name)} reports that it made no progress (its own "
+                     "watchdog), the only process the inputs show stalled; why it stalled is not shown")
+            verdict.first_failure = FirstFailure(story.rank, story.pid, first.time, basis, "stalled",
+                                                 _differs(launcher, story.rank), key=story.key, name=story.name)
         else:
             basis = (f"{ranks_phrase(hang.waited)} timed out waiting in {what_op}; the logs cannot tell which rank is late"
                      + (f" (candidates: {', '.join(map(str, hang.suspects))})" if hang.suspects else ""))
             verdict.first_failure = FirstFailure(None, None, first.time, basis, f"collective timeout in {what_op}",
                                                  launcher[1] if launcher else None)
+        verdict.failure_kind = FailureKind.NCCL_TIMEOUT if nccl else FailureKind.HANG
+        verdict.explain(f"Hang: {basis}.")
+
+    def _flight_hang(self, evidence: Evidence, verdict: VerdictView, hang: Hang, launcher) -> None:
+        """The first failure of a hang the Flight Recorder dumps show: the one rank they
+        name, or undecided between the ones they name."""
+        lineup = evidence.stories.collectives
+        shown = lineup.culprit_hang or lineup.hangs[0]
+        what_op = f"{hang.collective} #{hang.seq} of process group {hang.group}"
+        dumps = ", ".join(hang.evidence)
+        waiting = (f"{ranks_phrase(hang.waited)} wait in {what_op}" if hang.waited else f"{what_op} never completed") + \
+            (f" (called at {hang.called_at})" if hang.called_at else "")
+        if len(hang.suspects) == 1:
+            rank = hang.suspects[0]
+            how = _HOW.get(hang.culprit_how or "", "never entered")
+            what = f"rank {rank} {how} {what_op}"
+            basis = f"Flight Recorder dumps ({dumps}): {waiting}; rank {rank} {how} it: {hang.culprit_doing}"
+            info = evidence.processes.by_rank(rank)
+            verdict.first_failure = FirstFailure(rank, info.pid if info else None, shown.since, basis, what,
+                                                 _differs(launcher, rank), key=info.key if info else None)
+        else:
+            basis = (f"Flight Recorder dumps ({dumps}): {waiting}; the dumps cannot tell which rank is late"
+                     + (f" (candidates: {', '.join(map(str, hang.suspects))})" if hang.suspects else ""))
+            verdict.first_failure = FirstFailure(None, None, shown.since, basis, f"hang in {what_op}",
+                                                 launcher[1] if launcher else None)
+        nccl = any(e.attrs.get("message_id") in ("nccl-watchdog-timeout", "nccl-timeout-work")
+                   for e in evidence.of_kind(Kind.COLLECTIVE_TIMEOUT))
         verdict.failure_kind = FailureKind.NCCL_TIMEOUT if nccl else FailureKind.HANG
         verdict.explain(f"Hang: {basis}.")
 
@@ -535,16 +612,19 @@ _ENDINGS = (Kind.FATAL_SIGNAL, Kind.WORKER_DIED, Kind.CHILD_FAILED)
 def _rivals(candidates: list[Candidate], earliest: Candidate) -> list[Candidate]:
     """Other processes' reported failures that cannot be ordered after ``earliest``: in
     the same second, and as strong (device evidence beats a host report: it is where the
-    fault happened, not where it was noticed).  A crash signal or a death is how a failure
+    fault happened, not where it was noticed; a shown error beats an announcement of one).  A crash signal or a death is how a failure
     ended, often one already reported under another identity (an abort's dump adopted by
     the pid its launcher names): no rival."""
     def process(c: Candidate):
         return c.key or (("pid", c.pid) if c.pid is not None else ("rank", c.rank) if c.rank is not None else None)
     mine = process(earliest)
     device = earliest.event.kind in _DEVICE
+    # a process announcing its own failure ("WorkerProc failed to start.") without its
+    # error in view is no rival of one whose error is shown
+    shown = earliest.event.kind not in ANNOUNCEMENTS
     return [c for c in candidates if c is not earliest and process(c) is not None and process(c) != mine
             and c.event.kind not in _ENDINGS and _same_time(c.event, earliest.event)
-            and (c.event.kind in _DEVICE) == device]
+            and (c.event.kind in _DEVICE) == device and not (shown and c.event.kind in ANNOUNCEMENTS)]
 
 
 def _same_failure(candidates: list[Candidate], event: Event) -> bool:
@@ -626,7 +706,7 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
             knowledge.xid_catalogue().get(event.attrs.get("xid"), {}).get("hang"):
         return FailureKind.HANG         # the GPU stopped answering (a GSP or context-switch timeout)
     if (error is not None and error.error.family != "nccl") or (event is not None and (event.kind in _DEVICE or (
-            event.kind == Kind.CUDA_ERROR and _names_a_cuda_error(event)))):
+            event.kind == Kind.CUDA_ERROR and _a_cuda_error(event)))) or _own_cuda_error_beside(evidence, event):
         return FailureKind.CUDA_ERROR
     if env.get("phase") == "startup":
         # the program never started serving (whatever failed while it started)
@@ -654,15 +734,21 @@ def _kind(evidence: Evidence, verdict: VerdictView, event: Event | None) -> Fail
     return FailureKind.PYTHON_EXCEPTION
 
 
-def _timed_out_stories(evidence: Evidence) -> list[Story]:
-    """The processes whose own watchdog timed out in a collective (not only stuck)."""
+def _stuck_stories(evidence: Evidence) -> list[Story]:
+    """The processes whose own report says their own progress stopped (data/messages.toml
+    stuck = "own"), not that they wait on a peer or on processes below them."""
     return [s for s in evidence.stories.stories
-            if any(o.event.kind == Kind.COLLECTIVE_TIMEOUT and o.event.attrs.get("message_id") not in _STUCK_REPORTS
+            if any(o.event.kind == Kind.COLLECTIVE_TIMEOUT and o.event.attrs.get("stuck") == "own"
                    for o in s.all(Seen.WAITING))]
 
 
-# messages.toml: reports that a process is stuck (its own watchdog, the engine waiting on
-# its workers), not that it timed out waiting for a peer in a collective
+def _timed_out_stories(evidence: Evidence) -> list[Story]:
+    """The processes whose own watchdog timed out in a collective (not only stuck)."""
+    return [s for s in evidence.stories.stories
+            if any(o.event.kind == Kind.COLLECTIVE_TIMEOUT and not o.event.attrs.get("stuck")
+                   for o in s.all(Seen.WAITING))]
+
+
 CASCADE_S = 10.0    # a device fault this soon after another process's is taken as its consequence
 
 
@@ -679,14 +765,30 @@ def _in_cascade(first: Event, then: Event) -> bool:
     return 0 <= gap <= CASCADE_S
 
 
-_STUCK_REPORTS = frozenset({"nccl-heartbeat", "vllm-shm-broadcast-wait", "vllm-engine-iteration-timeout",
-                            "sglang-watchdog-timeout"})
 _OOM_ERRORS = frozenset({"CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation"})
 
 
 def _out_of_memory(event: Event) -> bool:
     error = event.attrs.get("cuda_error")
     return error is not None and getattr(error, "name", None) in _OOM_ERRORS
+
+
+def _own_cuda_error_beside(evidence: Evidence, event: Event | None) -> bool:
+    """Whether the process whose failure ``event`` is also reported a CUDA error of its own
+    (its traceback cut before the error's line, the driver's core dump start above it):
+    what it failed of is that error."""
+    if event is None:
+        return False
+    story = next((s for s in evidence.stories.stories if any(o.event is event for o in s.observations)), None)
+    return story is not None and any(o.event.kind == Kind.CUDA_ERROR and _a_cuda_error(o.event)
+                                     for o in story.all(Seen.OWN_ERROR))
+
+
+def _a_cuda_error(event: Event) -> bool:
+    """A CUDA error of the process: one the line names, or one whose name it does not say
+    but whose family it does (torch's advice printed under a CUDA error: data/messages.toml
+    error_family)."""
+    return _names_a_cuda_error(event) or event.attrs.get("error_family") == "cuda"
 
 
 def _names_a_cuda_error(event: Event) -> bool:
@@ -818,15 +920,23 @@ class RankStatuses(Rule):
                                first_error_source=fault.event.where,
                                failure=f"its device work faulted ({describe(fault.event)})", **base)
         if hang is not None and story.rank in hang.suspects and len(hang.suspects) == 1:
-            failure = "never joined the collective its peers waited in" + (f"; {hang.culprit_doing}" if hang.culprit_doing else "")
+            failure = "never joined the collective its peers waited in" if hang.basis != "flight-recorder" else \
+                f"{_HOW.get(hang.culprit_how or '', 'never entered')} {hang.collective} #{hang.seq} (Flight Recorder)"
+            failure += f"; {hang.culprit_doing}" if hang.culprit_doing else ""
             return RankVerdict(status=Status.UNKNOWN, failure=failure, **base)
+        waits = next((what for r, what in (hang.waits if hang is not None else ()) if r == story.rank), None)
+        if waits is not None and not own and story.role in (None, "worker"):
+            # its own dump shows it waiting in a collective (it may have no line of its own to say so)
+            late = f"rank {hang.suspects[0]}" if len(hang.suspects) == 1 else "a rank the dumps cannot tell"
+            return RankVerdict(status=Status.COLLATERAL if len(hang.suspects) == 1 else Status.UNKNOWN,
+                               failure=f"waited in {waits} for {late} (its Flight Recorder dump)", **base)
         if hang is not None and len(hang.suspects) != 1 and not own:
             # a hang whose late rank the logs cannot tell: a rank whose own watchdog timed
             # out failed (that is all its lines show); one only seen stuck is unknown
             waited = [o.event for o in story.all(Seen.WAITING)]
             # (the heartbeat monitor's report is of the watchdog itself stuck: the rank is stuck)
             timed_out = next((e for e in waited if e.kind == Kind.COLLECTIVE_TIMEOUT
-                              and e.attrs.get("message_id") not in _STUCK_REPORTS), None)
+                              and not e.attrs.get("stuck")), None)
             if timed_out is not None and is_first:
                 return RankVerdict(status=Status.FAILED, first_error=clip(timed_out.message, 200),
                                    first_error_source=timed_out.where,
@@ -860,7 +970,7 @@ class RankStatuses(Rule):
                 # the one that failed first: its kernels read what the failed rank left
                 status, failure = (Status.COLLATERAL, f"reported {verdict.error.name} after rank {first.rank} "
                                    "failed (through memory or a collective they share)")
-            elif (e.kind == Kind.CUDA_ERROR and _names_a_cuda_error(e)) or e.kind == Kind.DEVICE_ASSERT or \
+            elif (e.kind == Kind.CUDA_ERROR and _a_cuda_error(e)) or e.kind == Kind.DEVICE_ASSERT or \
                     (e.kind == Kind.SANITIZER and reported(e) is not None):    # a host call failing, seen by the tool
                 status, failure = Status.SURFACED, describe(e)
             elif e.kind in (Kind.OOM, Kind.FATAL_SIGNAL) or is_first or first is None or first.rank is None:
@@ -905,6 +1015,13 @@ class RankStatuses(Rule):
         if isinstance(code, int) and code != 0:
             return RankVerdict(status=Status.UNKNOWN, failure=death_words(story.name or who(story.rank, story.pid), code),
                                **base)
+        if (hang is not None or verdict.failure_kind in (FailureKind.HANG, FailureKind.NCCL_TIMEOUT)) and \
+                story.role not in ("api-server", "launcher") and not story.observations and \
+                (first is None or story.key != first.key):
+            # in a hang, a rank that says nothing of how it fared is no healthy one: it may
+            # be the one the others waited for
+            return RankVerdict(status=Status.UNKNOWN, failure="nothing of its own about the hang in the inputs: it may "
+                                                              "be the rank the others waited for", **base)
         return RankVerdict(status=Status.HEALTHY, **base)
 
 

@@ -85,7 +85,16 @@ def traceback_event(chain: tuple[PyException, ...], nlines: int, make):
     process's failure; a CUDA error (or out of memory) when an exception of the chain
     carries one; else an exception of the process's own."""
     final = chain[-1]
-    if final.cut and not final.type:
+    known = next((e for e in reversed(chain) if e.type), None)
+    if final.cut and not final.type and known is not None:
+        # the chain's last traceback is cut before its exception line: what it raised in
+        # turn is not shown, the exception that caused it is (a TimeoutError that killed a
+        # busy loop)
+        first = known.message.splitlines()[0] if known.message else ""
+        headline = (f"{known.type}: {first}" if first else known.type) + \
+            " (the traceback of what it then raised is cut off)"
+        final = known
+    elif final.cut and not final.type:
         where = ""
         if final.frames:
             where = f" in {final.frames[-1].function or final.frames[-1].file}"
@@ -96,7 +105,7 @@ def traceback_event(chain: tuple[PyException, ...], nlines: int, make):
     attrs = {"chain": chain, "exception_type": final.type, "exception_message": final.message,
              "lines": nlines, "unraisable": any(e.unraisable_in for e in chain),
              "unraisable_in": next((e.unraisable_in for e in chain if e.unraisable_in), None),
-             "header_missing": chain[0].header_missing, "cut": final.cut}
+             "header_missing": chain[0].header_missing, "cut": chain[-1].cut}
     carrier, err = None, None
     for exc in reversed(chain):
         err = cuda_error(f"{exc.type}: {exc.message}")

@@ -101,6 +101,12 @@ def typed_fields(entry: knowledge.MessagePattern, match: re.Match) -> dict:
                 out[key] = float(value)
             except ValueError:
                 continue
+        elif kind == "signal":
+            # a death by a signal, kept as the exit status Python reports for it (-N)
+            number = knowledge.claimed_int(value) if value.isdigit() else \
+                next((n for n, name in knowledge.signals().items() if name == value), None)
+            if number:
+                out.setdefault("exit_code", -number)
         else:
             out[key] = value
     # merge alternative groups (exit_code2 -> exit_code, subject_process2 -> subject_process)

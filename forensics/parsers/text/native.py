@@ -318,12 +318,21 @@ def crash_event(crash: dict, make):
         message = f"Process received signal {signal} (Open MPI signal handler)"
     elif kind_of == "native-stack-fragment":
         # frames of a native stack whose head (the handler's banner) is not in the input:
-        # what they show, not a failure of their own
+        # what they show - the process's own fatal end when a frame only runs while a
+        # process goes down (std::terminate, abort: data/surface_apis.toml), else no
+        # failure of its own
         top = innermost_named(stack)
         attrs["top_frame"] = top
         where = f"; innermost named frame {top.function}" if top else ""
-        return make(Kind.LOG, f"native stack fragment ({crash['native_frame_count']} frames, no banner above "
-                    f"them){where}", Severity.INFO, attrs)
+        down = next((f for f in stack if f.function and any(p.search(f.function)
+                                                              for p in knowledge.going_down_frames())), None)
+        if down is None:
+            return make(Kind.LOG, f"native stack fragment ({crash['native_frame_count']} frames, no banner above "
+                        f"them){where}", Severity.INFO, attrs)
+        attrs["signal_name"] = "SIGABRT"      # terminate and abort end in SIGABRT
+        attrs["going_down_frame"] = down.function
+        return make(Kind.FATAL_SIGNAL, f"the process was going down: its native stack shows {down.function} "
+                    f"(the line above the stack, which says why, is not in the input)", Severity.CRITICAL, attrs)
     else:
         message = "Segfault encountered (PyTorch signal handler)"
     if attrs.get("crash_frame") is not None:

@@ -34,6 +34,7 @@ from forensics.parsers.text.lines import LineParser, Record, Stamp, site_formats
 # Inputs at least this large (decompressed, as far as the listing knows) take the fast
 # path (scan.py): only lines near an anchor are parsed, the rest counted.
 FAST_PATH_BYTES = 8 << 20
+CONTINUES_LINES = 40        # how far back a line that only continues an error looks for it
 BUSY_LINES = 64            # lines an open block keeps the fast path feeding without taking one
 TRAFFIC_EXAMPLES = 2
 TB_AT_END = "Traceback (most recent call last):"
@@ -206,6 +207,7 @@ class _Run:
         self.last_error: int | None = None     # the last error line, whose raw continuations may follow
         self.detail_follows: int | None = None  # the line of NCCL's "Last error:": the next line says what failed
         self.lineno = 0                          # the line being read
+        self.quoting_line: dict[tuple, tuple[int, dict]] = {}   # per stream: a line naming whose traceback follows
         self.highest = 0                         # the highest line number read so far
         self.cut_message = None                  # (event index, line, record, text) of a message cut mid-word
         self.block_line = 0                      # the last line an open block took
@@ -295,7 +297,9 @@ class _Run:
     def _line(self, line: Line) -> None:
         out = self.out
         out.lines += 1
-        replayed, previous = line.lineno < self.highest, self.lineno
+        # (only the fast path hands lines over out of order; a newest-first file is
+        # re-ordered by its reader with its own line numbers)
+        replayed, previous = self.scanner is not None and line.lineno < self.highest, self.lineno
         self.lineno, self.highest = line.lineno, max(self.highest, line.lineno)
         if (not line.text or line.text.isspace()) and not self._busy():
             # blank lines between records (and files of nothing else): counted, no parse
@@ -368,6 +372,19 @@ class _Run:
 
         self._single(line, rec, text)
 
+    def _continues(self, line: Line, rec: Record, kind: str) -> bool:
+        """Whether an event of ``kind`` of this line's writer came just before it (within
+        CONTINUES_LINES lines, among its last few events): the line then continues it
+        (torch's advice under its CUDA error)."""
+        writer = (line.env.pid if line.env.pid is not None else rec.pid, line.env.rank if line.env.rank is not None
+                  else rec.rank, line.env.process)
+        for event in reversed(self.out.events[-5:]):
+            if line.lineno - event.line > CONTINUES_LINES:
+                break
+            if event.kind.value == kind and (event.pid, event.rank, event.process) == writer:
+                return True
+        return False
+
     def _single(self, line: Line, rec: Record, text: str) -> None:
         out = self.out
         self._count(rec.format)
@@ -388,9 +405,19 @@ class _Run:
             if traffic is not None:
                 self._traffic(line, rec, traffic, attrs)
                 return
+            if attrs.get("continues") and self._continues(line, rec, attrs["continues"]):
+                out.event_lines += 1        # part of the error just before it (data/messages.toml)
+                return
+            if attrs.get("says"):
+                attrs = {k: v for k, v in attrs.items() if k not in ("says", "continues")}
+                text = decided[2]["says"]
             out.events.append(self.make.at(line, rec)(kind, text, severity, attrs))
             out.event_lines += 1
             self.last_error = len(out.events) - 1 if severity >= Severity.ERROR else None
+            if attrs.get("quotes_next"):
+                who = knowledge.quoted_process(text)
+                if who is not None and "pid" in who:
+                    self.quoting_line[self._key(line, rec)] = (line.lineno, who)
             if cut:
                 self.cut_message = (len(out.events) - 1, line, rec, text)
             return
@@ -517,6 +544,12 @@ class _Run:
         block = self.open.pop(key)
         line, rec = self.first.pop(key)
         result: BlockResult = block.close(self.make.at(line, rec))
+        quote = self.quoting_line.pop(key, None)
+        if quote is not None and quote[0] == line.lineno - 1:
+            # the line just above named the process whose traceback this is (Ray's
+            # "Unhandled error ...: ray::Worker.method() (pid=N, ip=A)" before the frames)
+            result.events = [_as_quoted(e, quote[1]) if e.chain and e.attrs.get("header_missing") else e
+                             for e in result.events]
         if getattr(block, "shared_first", False):       # that line was counted with its message
             if line.lineno in result.used:
                 result.used.remove(line.lineno)
@@ -660,3 +693,11 @@ def _resolve_times(events: list[Event], mtime: datetime | None) -> list[Event]:
         elif event.time is not None:
             next_time = event.time
     return out
+
+
+def _as_quoted(event, who: dict):
+    """A traceback event as the failure of the process the line above it named."""
+    changes = {"pid": knowledge.claimed_int(who["pid"]), "rank": None, "process": who.get("process")}
+    if who.get("ip"):
+        changes["host"] = who["ip"]
+    return replace(event, **changes, attrs=freeze({**event.attrs, "quoted_by": who.get("id")}))

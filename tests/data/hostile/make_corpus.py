@@ -6,6 +6,7 @@ Each file's expected problem line is in expected.toml; tests/test_hostile.py che
 
 import gzip
 import io
+import pickle
 import random
 import struct
 import tarfile
@@ -86,7 +87,35 @@ def main() -> None:
         b"(Worker_TP1 pid=22) ERROR 12-02 09:05:00 [a.py:1] RuntimeError: CUDA error: an illegal memory access was encountered\n"
         b"(EngineCore_DP0 pid=20) INFO 12-02 10:00:00 [core.py:140] Initializing a V1 LLM engine (v0.30.0) with config: model='m', tensor_parallel_size=2\n"
         b"(Worker_TP0 pid=22) INFO 12-02 10:00:05 [a.py:1] reused pid, healthy\n")
+    flight_recorder_dumps()
     print("corpus written to", HERE)
+
+
+class _Planted:
+    """Unpickled by pickle, it would create PLANTED: a stand-in for os.system."""
+
+    def __reduce__(self):
+        return (open, (PLANTED, "w"))
+
+
+PLANTED = "/tmp/forensics-flightrec-PWNED"
+
+
+def flight_recorder_dumps() -> None:
+    """Flight Recorder dumps that must be refused: a GLOBAL among the entries, a memo bomb
+    (10**9 items from 300 bytes), a real dump cut in half."""
+    dump = {"version": "2.10", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+            "pg_status": {}, "entries": [{"profiling_name": "nccl:all_reduce", "frames": [_Planted()]}]}
+    (HERE / "nccl_trace_rank_7").write_bytes(pickle.dumps(dump, protocol=2))
+    head = b"\x80\x02}(X\x07\x00\x00\x00versionX\x04\x00\x00\x002.10X\x09\x00\x00\x00pg_config"
+    body = b"X\x01\x00\x00\x00aq\x00"
+    for level in range(1, 10):
+        body += b"(h" + bytes([level - 1]) + b"2" * 9 + b"lq" + bytes([level])
+    (HERE / "fr_memo_bomb_rank_0").write_bytes(head + body + b"u.")
+    real = REPO / "tests/data/flightrec/gloo_missing/nccl_trace_rank_0"
+    if real.exists():
+        data = real.read_bytes()
+        (HERE / "fr_cut_rank_1").write_bytes(data[: len(data) // 2])
 
 
 if __name__ == "__main__":
