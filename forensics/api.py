@@ -15,7 +15,7 @@ from typing import Iterable
 
 from forensics import case as _case
 from forensics.report import REPORTERS, Options, render
-from forensics.report.document import build
+from forensics.report.document import Document, build
 
 
 class Case(_case.Case):
@@ -23,7 +23,13 @@ class Case(_case.Case):
     ``sources`` (per-input accounting), ``report(format)``."""
 
     def document(self, timeline_limit: int | None = 400) -> dict:
-        """The report document (the JSON report as a dict)."""
+        """The report document as the JSON report has it (a dict); ``report_document``
+        is the typed one the renderers draw."""
+        return build(self, timeline_limit).to_json()
+
+    def report_document(self, timeline_limit: int | None = 400) -> Document:
+        """The typed report document (forensics/report/document.py): its sections, each
+        a frozen dataclass."""
         return build(self, timeline_limit)
 
     def report(self, fmt: str = "json", redact: bool | None = None, **options) -> str:
@@ -34,7 +40,7 @@ class Case(_case.Case):
         if redact is None:
             redact = REPORTERS[fmt].redact_by_default
         out = io.StringIO()
-        render(self.document(None if fmt == "html" else 400), fmt, out, Options(redact=redact, width=options.pop("width", 100), **options))
+        render(self.report_document(None if fmt == "html" else 400), fmt, out, Options(redact=redact, width=options.pop("width", 100), **options))
         return out.getvalue()
 
     def _repr_html_(self) -> str:

@@ -121,14 +121,15 @@ def analyze(paths, fmt, redact, output, title_file, explain, timeline_limit, kb_
 
 
 def _sections(value: str | None) -> tuple[str, ...]:
-    from forensics.report.terminal import SECTION_NAMES
+    from forensics.report.document import show_names
+    known = show_names()
     if not value:
         return ()
     names = tuple(n.strip() for n in value.split(",") if n.strip())
-    unknown = [n for n in names if n not in SECTION_NAMES]
+    unknown = [n for n in names if n not in known]
     if unknown:
         raise click.BadParameter(f"{', '.join(map(inert.plain, unknown))}: not a section; use "
-                                 f"{', '.join(SECTION_NAMES)}", param_hint="--show")
+                                 f"{', '.join(known)}", param_hint="--show")
     return names
 
 
@@ -144,8 +145,7 @@ def _write_report(case, fmt, redact, output, title_file, explain, quiet, verbose
     try:
         if title_file:
             from forensics.report.markdown import title
-            from forensics.redact import redact_document
-            doc = redact_document(document) if redact else document
+            doc = document.redacted() if redact else document
             with open(title_file, "w", encoding="utf-8") as fh:
                 fh.write(title(doc) + "\n")
         if output:

@@ -144,8 +144,9 @@ def md_fence(text: str, info: str = "text") -> str:
 # --- HTML -------------------------------------------------------------------------------
 
 def html_text(text: object) -> str:
-    """Text or attribute value for HTML."""
-    return html.escape(plain(text, newlines=True), quote=True)
+    """Text or attribute value for HTML (the line and paragraph separators, which end a
+    JavaScript string, as spaces)."""
+    return html.escape(plain(text, newlines=True), quote=True).replace("\u2028", " ").replace("\u2029", " ")
 
 
 def _plain_data(value: object) -> object:

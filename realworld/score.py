@@ -62,7 +62,7 @@ def report_of(text: bytes) -> dict:
     from forensics.case import analyze
     from forensics.report.document import build
     case = analyze("-", stdin=io.BytesIO(text))
-    return json.loads(json.dumps(build(case, timeline_limit=0), default=str))
+    return json.loads(json.dumps(build(case, timeline_limit=0).to_json(), default=str))
 
 
 def _base(path: str | None) -> str | None:

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 import forensics
-from forensics.report.html import PAGE
 from tests.conftest import DATA
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,11 +39,15 @@ def case_of(bundle: Path):
 
 # --- the page, statically ---------------------------------------------------------------------
 
-def test_every_element_the_script_uses_is_in_the_page():
-    script = PAGE.split("<script>", 1)[1]
+@pytest.mark.parametrize("bundle", BUNDLES, ids=lambda p: p.name)
+def test_every_element_the_script_uses_is_in_the_page(bundle):
+    """The page is put together from the report's sections: what its script looks up is
+    in the page each report makes."""
+    page = case_of(bundle).report("html")
+    script = page.split("<script>", 1)[1]
     used = set(re.findall(r'\$\("([\w-]+)"\)', script)) | set(re.findall(r'getElementById\("([\w-]+)"\)', script))
     used |= set(re.findall(r'table\("([\w-]+)"', script))
-    defined = set(re.findall(r'\bid="([\w-]+)"', PAGE))
+    defined = set(re.findall(r'\bid="([\w-]+)"', page))
     assert used, "the script looks elements up by id"
     assert used <= defined, used - defined
     # what the browser tests below click and read

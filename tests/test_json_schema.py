@@ -143,7 +143,7 @@ def test_redacted_report_validates(path):
 
 def test_stdin_report_validates():
     case = analyze_text((REPO / "samples" / "vllm_cpu_tp2_fault_2nd_chunk" / "server.log").read_text())
-    report = json.loads(json.dumps(build(case), default=str))
+    report = json.loads(json.dumps(build(case).to_json(), default=str))
     VALIDATOR.validate(report)
     assert [s["path"] for s in report["sources"]] == ["<stdin>"]
     check_headline(report)
@@ -151,7 +151,7 @@ def test_stdin_report_validates():
 
 def test_a_healthy_log_validates_and_says_no_failure():
     case = analyze_text("INFO 12-02 10:00:00 [api_server.py:1] vLLM API server version 0.32.0\n")
-    report = json.loads(json.dumps(build(case), default=str))
+    report = json.loads(json.dumps(build(case).to_json(), default=str))
     VALIDATOR.validate(report)
     assert report["verdict"]["headline"] == NO_FAILURE
     assert report["verdict"]["error"] is None and report["verdict"]["first_failure"] is None

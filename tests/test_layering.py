@@ -180,6 +180,7 @@ def test_the_graph_is_read():
         assert edge in have, edge
     # the TYPE_CHECKING import of Case in the report document is not a dependency
     assert ("forensics.report.document", "forensics.case") not in have
+    assert ("forensics.report.sections", "forensics.case") not in have
     # a deferred import is seen and marked
     assert any(e.source == "forensics.cli" and e.target == "forensics.case" and e.deferred for e in EDGES)
 
@@ -339,9 +340,10 @@ def test_event_columns_know_only_events():
 
 
 def test_the_report_document_reads_the_verdict_not_the_rules():
-    """document.py builds the report from the Case and its Verdict; it never runs or
-    imports a rule, a parser or an input reader (the Case it reads is a type only)."""
-    bad = _violations(("forensics.report.document",), ("forensics.rules", "forensics.parsers", "forensics.inputs",
+    """document.py and its sections (sections.py, on base.py) build the report from the
+    Case and its Verdict; they never run or import a rule, a parser or an input reader
+    (the Case they read is a type only)."""
+    bad = _violations(("forensics.report.document", "forensics.report.sections", "forensics.report.base"), ("forensics.rules", "forensics.parsers", "forensics.inputs",
                                                        "forensics.timeline", "forensics.case", "forensics.engines",
                                                        "forensics.kb", *SHELLS))
     assert not bad, bad

@@ -11,7 +11,6 @@ import pytest
 
 import forensics
 from forensics.inert import plain
-from forensics.redact import redact_document
 from forensics.report import Options
 from forensics.report.markdown import GITHUB_LIMIT, render_text, title
 from tests.conftest import DATA
@@ -79,12 +78,12 @@ def test_shape_of_the_report(path):
     case = case_of(path)
     text = markdown(path)
     lines = text.splitlines()
-    document = redact_document(case.document())
+    document = case.report_document().redacted()
     assert lines[0] == f"**Suggested title:** `{title(document)}`"
     assert lines[1] == ""
     # the headline right after the title, before anything else
     assert lines[2].startswith("> **") and lines[2].endswith("**")
-    assert unescape(lines[2][4:-2]) == plain(document["verdict"]["headline"])
+    assert unescape(lines[2][4:-2]) == plain(document.to_json()["verdict"]["headline"])
     positions = [text.index(h) for h in HEADINGS]
     assert positions == sorted(positions), "sections in vLLM's bug-template order"
     if case.verdict.next_steps:
@@ -151,15 +150,14 @@ def test_a_separate_title_leaves_the_headline_first():
 
 
 def test_title_is_plain_one_line_text():
-    document = case_of(CPU_SAMPLE).document()
-    text = title(document)
+    text = title(case_of(CPU_SAMPLE).report_document())
     assert text == "[Bug]: CUDA_ERROR_ILLEGAL_ADDRESS (700) on rank 0 (faulting kernel unknown) - surfaced at " \
                    "__init__.py:99 forward (vLLM 0.32.0, TP=2)"
     assert "\n" not in text and len(text) < 256
 
 
 def test_title_parentheses_are_balanced():
-    text = title(case_of(GPU_SAMPLE).document())
+    text = title(case_of(GPU_SAMPLE).report_document())
     assert text.count("(") == text.count(")"), text
 
 
@@ -236,7 +234,7 @@ def test_budget_trims_evidence_never_the_verdict(tmp_path):
 
 
 def test_a_smaller_budget_is_kept_too():
-    document = case_of(DATA / "gpu" / "tp4_oob_write_coredump").document()
+    document = case_of(DATA / "gpu" / "tp4_oob_write_coredump").report_document()
     full = render_text(document, Options())
     small = render_text(document, Options(), budget=6000)
     assert len(full) > 6000 >= len(small)

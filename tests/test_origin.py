@@ -91,7 +91,7 @@ def test_xid_only_recording_names_the_faulting_rank_but_not_the_kernel():
     assert v.origin.confidence == Confidence.MEDIUM and v.origin.fault.startswith("Xid 31")
     assert signature_part(v, "origin") is None
     # the report's contract: "origin" only when a kernel is named; the process is said apart
-    report = build(case)["verdict"]
+    report = build(case).to_json()["verdict"]
     assert report["origin"] is None
     assert report["faulting_process"]["rank"] == fault["faulting_rank"]
 

@@ -167,7 +167,7 @@ DEFAULTS_AS_FACTS = ("none printed", "=?", " ?,", "TP=?", "PP=?", "logs of 0 of"
 @pytest.mark.parametrize("path", RECORDINGS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_no_report_cites_a_section_it_lacks_or_shows_a_default_as_a_fact(path):
     case = case_of(path)
-    document = build(case)
+    document = build(case).to_json()
     for fmt in ("terminal", "markdown"):
         text = _squash(rendered(case, fmt) if fmt == "markdown" else
                        _full(case))

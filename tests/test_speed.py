@@ -17,7 +17,7 @@ from forensics.report.document import build
 
 def _summary(case, offset: int = 0):
     """The verdict field by field, positions relative to the crash (bench/realistic.py)."""
-    return realistic.verdict_fields(build(case), offset)
+    return realistic.verdict_fields(build(case).to_json(), offset)
 
 
 @pytest.fixture(scope="module")

@@ -161,7 +161,7 @@ def _consistency(case) -> None:
             assert told.observations or row.exit_code is not None or (v.hang and row.rank in v.hang.suspects) or \
                 row.status == Status.COLLATERAL or (row.status == Status.UNKNOWN and v.failure_kind in (
                     FailureKind.HANG, FailureKind.NCCL_TIMEOUT)), f"{row.key} is {row.status} with nothing in its story"
-    document = json.loads(json.dumps(build(case, timeline_limit=0), default=str))
+    document = json.loads(json.dumps(build(case, timeline_limit=0).to_json(), default=str))
     table = {r["key"] for r in document["ranks"] if r["status"] == "collateral"}
     assert {r.key for r in v.ranks if r.status == Status.COLLATERAL} == table
     out = io.StringIO()
@@ -240,7 +240,7 @@ def test_a_sanitizer_paste_is_the_main_processes_origin():
     assert v.origin.kernel == "scatter_kernel" and v.first_failure.key == row.key
     # the report names that process wherever it speaks of it
     assert "unidentified" not in v.headline + v.summary
-    document = build(analyze_text(text))
+    document = build(analyze_text(text)).to_json()
     assert document["verdict"]["origin"]["who"] == MAIN_PROCESS == document["verdict"]["first_failure"]["who"]
 
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from forensics.report.document import Document
 
 
 @dataclass(frozen=True)
@@ -19,10 +22,9 @@ class Options:
     verbose: bool = False
     width: int | None = None
     color: bool | None = None
-    timeline_rows: int = 14
     title_separately: bool = False
     full: bool = False                  # terminal: every section, not the first screen
-    show: tuple[str, ...] = ()          # terminal: these sections after the verdict (forensics.report.terminal.SECTIONS)
+    show: tuple[str, ...] = ()          # terminal: these sections after the verdict (their --show names, report/base.py)
     pager: bool = False                 # terminal: page a report taller than the screen (only on a TTY)
 
 
@@ -42,12 +44,9 @@ REPORTERS: dict[str, Reporter] = {
 }
 
 
-def render(document: dict, fmt: str, out: TextIO, options: Options) -> None:
+def render(document: "Document", fmt: str, out: TextIO, options: Options) -> None:
     """Write ``document`` in format ``fmt`` to ``out``, redacted first when asked."""
     reporter = REPORTERS[fmt]
     if options.redact:
-        from forensics.redact import redact_document
-        document = redact_document(document)
-    else:
-        document = {**document, "redaction": {"enabled": False, "counts": {}}}
+        document = document.redacted()
     importlib.import_module(reporter.module).render(document, out, options)

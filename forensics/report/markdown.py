@@ -1,8 +1,10 @@
 """The Markdown report, made to be pasted into a GitHub issue.
 
 The headline comes first, then known issues and next steps, then the shape of vLLM's bug
-template ("Describe the bug", then "Your current environment"), the causal chain, the
-processes, the checklist, a Mermaid timeline and the evidence in collapsible blocks.
+template ("Describe the bug": the verdict's findings and the causal chain; "Your current
+environment"), the processes, the checklist, a Mermaid timeline, the inputs and the
+evidence in collapsible blocks - each registered section drawn by its function here, in
+the document's order.
 
 Nothing from a log is live here: names and messages outside code are escaped (no
 emphasis, links, images, HTML, headings, @mentions or #123 references), text inside the
@@ -14,227 +16,263 @@ characters: the evidence is trimmed to fit, never the verdict, and the report sa
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import TextIO
 
-from forensics.inert import md_code, md_fence, md_html, md_prose, md_text
+from forensics.inert import md_code, md_fence, md_html, md_prose, md_text, plain
+from forensics.report.base import Drawers, Form, Group, Phrase
+from forensics.report.document import Document
+from forensics.report.sections import (Arrow, Chain, Checklist, Environment, Error, Evidence, Explain, FirstFailure,
+                                       Hang, Hardware, Headline, Inputs, KnownIssues, NextSteps, Notes, Origin,
+                                       Processes, Redaction, Signature, Summary, Surfaces, Timeline)
 
 GITHUB_LIMIT = 65_536
-MAX_CHAIN = 24
-MAX_ROWS = 64
-MERMAID_MAX_MESSAGES = 40
+BUG_HEADING = "### 🐛 Describe the bug\n\n"
+CHECK_MARKS = {"pass": "✅ pass", "fail": "❌ fail", "unknown": "❔ unknown"}
+
+DRAW = Drawers("markdown")
 
 
-def title(document: dict) -> str:
-    """A one-line issue title (plain text: gh passes it as an argument, GitHub shows it
-    as text)."""
-    from forensics.inert import plain
-    v, env = document["verdict"], document["environment"]
-    facts = ", ".join(x for x in (f"vLLM {env['vllm']}" if env.get("vllm") else "",
-                                  f"TP={env['tensor_parallel_size']}" if env.get("tensor_parallel_size") else "") if x)
-    text = _first_clause(plain(v["headline"]), 180)
-    return f"[Bug]: {text}" + (f" ({facts})" if facts else "")
+@dataclass(frozen=True)
+class Block:
+    """A piece of the report; ``trimmable`` ones (evidence) give way to GitHub's limit."""
+
+    text: str
+    trimmable: bool = False
 
 
-def _first_clause(text: str, limit: int) -> str:
-    """The headline up to its first '; ' outside parentheses (a '; ' inside one, as in
-    '(Xid 31 ...; kernel unknown)', is part of that aside), at most ``limit`` characters;
-    a cut never leaves a parenthesis open."""
-    depth, opened, end = 0, [], len(text)
-    for i, ch in enumerate(text):
-        if ch == "(":
-            depth += 1
-            opened.append(i)
-        elif ch == ")" and depth:
-            depth -= 1
-            opened.pop()
-        elif depth == 0 and text.startswith("; ", i):
-            end = i
-            break
-        if i + 1 >= limit:
-            end = opened[0] if opened else i + 1     # drop an aside the limit would cut
-            break
-    return text[:end].rstrip(" -")
+@dataclass(frozen=True)
+class Ctx:
+    options: object
+    include_title: bool
 
 
-def render(document: dict, out: TextIO, options) -> None:
+def title(document: Document) -> str:
+    """The issue's one-line title (plain text: gh passes it as an argument, GitHub shows
+    it as text)."""
+    return document.get(Headline).issue_title
+
+
+def render(document: Document, out: TextIO, options) -> None:
     out.write(render_text(document, options))
 
 
-def render_text(document: dict, options=None, budget: int = GITHUB_LIMIT) -> str:
-    head = _head(document, include_title=not (options and options.title_separately))
-    blocks = [_evidence_block(item) for item in document.get("evidence", [])]
-    room = budget - len(head) - 800
-    kept = []
+def render_text(document: Document, options=None, budget: int = GITHUB_LIMIT) -> str:
+    ctx = Ctx(options, include_title=not (options and options.title_separately))
+    asked = bool(options and (options.explain or options.verbose))
+    blocks: list[Block] = []
+    in_bug = False
+    for item in document.sections:
+        if item.entry.group is Group.VERDICT and not in_bug:
+            blocks.append(Block(BUG_HEADING))        # vLLM's bug template: the findings under it
+            in_bug = True
+        if not item.present or (item.entry.opt_in and not asked):
+            continue
+        blocks += DRAW.draw(item, ctx)
+    return _fit(blocks, budget)
+
+
+def _fit(blocks: list[Block], budget: int) -> str:
+    """The blocks within ``budget`` characters: trimmable ones kept in order while they
+    fit beside all the others, a note where the first was dropped."""
+    room = budget - sum(len(b.text) for b in blocks if not b.trimmable) - 800
+    out: list[str] = []
+    dropped, last = 0, None
     for block in blocks:
-        if len(block) > room:
-            break
-        kept.append(block)
-        room -= len(block)
-    body = head + "".join(kept)
-    if len(kept) < len(blocks):
-        body += (f"\n> {len(blocks) - len(kept)} evidence excerpt(s) trimmed to stay under GitHub's {budget:,}-character "
-                 "limit; `forensics analyze --format json` has everything.\n")
-    redaction = document.get("redaction", {})
-    if redaction.get("enabled"):
-        counts = ", ".join(f"{n} {kind}" for kind, n in redaction.get("counts", {}).items()) or "nothing found"
-        body += f"\n_Redacted before sharing: {counts}. Pseudonyms are consistent within this report._\n"
-    else:
-        body += "\n_Redaction: off._\n"
+        if block.trimmable:
+            if dropped or len(block.text) > room:
+                dropped += 1
+                continue
+            room -= len(block.text)
+            last = len(out)
+        out.append(block.text)
+    if dropped:
+        out.insert(last + 1 if last is not None else len(out),
+                   f"\n> {dropped} evidence excerpt(s) trimmed to stay under GitHub's {budget:,}-character "
+                   "limit; `forensics analyze --format json` has everything.\n")
+    body = "".join(out)
     if len(body) > budget:
         body = body[: budget - 200] + "\n\n> report cut to fit GitHub's limit\n"
     return body
 
 
-def _head(document: dict, include_title: bool) -> str:
-    v = document["verdict"]
+_WORDS = re.compile(r"([\\`*_\[\]<>#|~])")
+
+
+def md(words: Phrase) -> str:
+    """A phrase as Markdown: log text escaped, code as code spans, the report's own words
+    as written (what could start a construct escaped all the same)."""
     out = []
-    if include_title:
-        out.append(f"**Suggested title:** {md_code(title(document))}\n\n")
-    out.append(f"> **{md_prose(v['headline'])}**\n\n")
-    if document["known_issues"]:
-        out.append("#### Known issues\n")
-        for k in document["known_issues"]:
-            out.append(f"- **{k['likelihood']}**: {md_code(k['id'])} - {md_text(k['title'])}  \n"
-                       f"  workaround: {md_prose(k['workaround'])}  \n"
-                       f"  matched: {md_text('; '.join(k['matched']))}"
-                       + (f"; cannot tell: {md_text(', '.join(k['unknown']))}" if k["unknown"] else "") + "  \n"
-                       f"  does not prove: {md_prose(k['does_not_prove'])}  \n"
-                       + "".join(f"  <{ref}>\n" for ref in k["references"] if _is_url(ref)))
-        out.append("\n")
-    if document["next_actions"]:
-        out.append("#### Next steps (most confidence gained first)\n")
-        for step in document["next_actions"]:
-            action = f"**{md_prose(step['title'])}**: " if step.get("title") else ""
-            out.append(f"- {action}{md_prose(step['why'])}\n")
-            if step["command"]:
-                out.append("\n" + "\n".join("  " + line for line in md_fence(step["command"], "sh").splitlines()) + "\n")
-        out.append("\n")
-    out.append("### 🐛 Describe the bug\n\n")
-    out.append(f"**Verdict:** {md_prose(v['summary'])}\n\n")
-    if v.get("hardware"):
-        hw = v["hardware"]
-        out.append(f"**Hardware or software:** {md_prose(hw['opinion'])} - {md_prose(hw['basis'])}. "
-                   f"To settle it: {md_prose(hw['settle'])}\n\n")
-    origin = v["origin"]
-    if origin:
-        out.append(f"**Origin:** {md_code(origin['kernel'])} - confidence {origin['confidence']}"
-                   + (f" ({md_prose('; '.join(origin['notes']))})" if origin["notes"] else "") + "\n\n")
-    elif v["origin_unknown"]:
-        out.append(f"**Origin:** unknown: {md_prose(v['origin_unknown'])}.\n\n")
-    for note in v["notes"]:
-        out.append(f"> {md_prose(note)}\n\n")
-    out.append("#### Causal chain\n")
-    chain = _chain(document)
-    out.extend(f"{n}. {step}\n" for n, step in enumerate(chain[:MAX_CHAIN], 1))
-    if len(chain) > MAX_CHAIN:
-        out.append(f"{MAX_CHAIN + 1}. ... and {len(chain) - MAX_CHAIN} more (the JSON report has them)\n")
-    out.append("\n### Your current environment\n\n")
-    env_rows = [[md_code(k, table=True), md_code(str(val)[:200], table=True)] for k, val in document["environment"].items()]
-    out.append(_table(("field", "value"), env_rows or [["-", "-"]]))
-    out.append("\n#### Processes\n")
-    rows = [[_cell(r["rank"]), _cell(r["pid"]), md_text(r["role"]), f"**{r['status']}**", _cell(r["exit_code"]),
-             _cell_text(r["failure"] or "")] for r in document["ranks"][:MAX_ROWS]]
-    out.append(_table(("rank", "pid", "role", "status", "exit", "how it went down"), rows or [["-"] * 6]))
-    if len(document["ranks"]) > MAX_ROWS:
-        out.append(f"\n... {len(document['ranks']) - MAX_ROWS} more processes (the JSON report has them)\n")
-    if document["checklist"]:
-        out.append("\n#### Incident checklist\n")
-        marks = {"pass": "✅ pass", "fail": "❌ fail", "unknown": "❔ unknown"}
-        out.append(_table(("check", "", "finding", "evidence"),
-                          [[md_text(c["check"]), marks[c["status"]], _cell_text(c["finding"]),
-                            md_code(c["evidence"], table=True) if c.get("evidence") else ""] for c in document["checklist"]]))
-    out.append("\n### Timeline\n\n")
-    out.append(mermaid(document))
-    if document["signature"]:
-        parts = ", ".join(f"{p['part']}={p['value']}" for p in document["signature_parts"] if p["contributed"])
-        out.append(f"\nSignature: {md_code(document['signature'])} ({md_text(parts)})\n")
-    out.append("\n### Evidence\n\n")
+    for span in words:
+        if span.form is Form.CODE:
+            out.append(md_code(span.text))
+        elif span.form is Form.PROSE:
+            out.append(md_prose(span.text))
+        elif span.form is Form.SOURCE:
+            out.append(f"\\[{md_code(span.text)}\\]")
+        elif span.form is Form.WORDS:
+            out.append(_WORDS.sub(r"\\\1", plain(span.text)))
+        else:
+            out.append(md_text(span.text))
     return "".join(out)
 
 
-def _chain(document: dict) -> list[str]:
-    v = document["verdict"]
-    steps = []
-    origin, faulting = v["origin"], v["faulting_process"]
-    if origin:
-        src = origin["evidence"][0]["source"] if origin["evidence"] else "no source"
-        steps.append(f"{md_code(origin['kernel'])} on {md_text(origin['who'])}: {md_prose(origin['fault'])} "
-                     f"\\[{origin['confidence']} confidence; {md_code(src)}\\]")
-    elif faulting:
-        steps.append(f"{md_text(faulting['who'])} faulted on the device ({md_prose(faulting['fault'])}); "
-                     "no evidence names the kernel")
-    elif v["error"] and v["error"]["sticky"]:
-        steps.append("an earlier kernel faulted asynchronously (not named by any evidence)")
-    for s in v["surfaces"]:
-        api = f"{md_code(s['api'])} at " if s["api"] else ""
-        place = str(s["file"]).rsplit("/", 1)[-1] + (f":{s['line']}" if s["line"] is not None else "")
-        where = (md_code(place) + (f" in {md_code(s['function'])}" if s["function"] else "")) if s["file"] \
-            else "a host call"
-        if s.get("caller"):
-            where += f" (called from {md_code(s['caller'])})"
-        steps.append(f"{md_text(s['who'])} noticed it: {api}{where} raised {md_code(s['exception'])} "
-                     f"({md_text(s['how'])}) \\[{md_code(s['source'])}\\]")
-    first = v["first_failure"]
-    if first and not v["surfaces"] and not origin:
-        steps.append(f"first failure: {md_text(first['who'])} - {md_prose(first['basis'])}")
-    collateral = [r for r in document["ranks"] if r["status"] == "collateral"]
-    for r in collateral[:16]:
-        steps.append(f"{md_text(r['who'])} went down as collateral: {md_prose(r['failure'] or '')}")
-    if len(collateral) > 16:
-        steps.append(f"... and {len(collateral) - 16} more collateral processes (the JSON report lists them)")
-    return steps or ["no failure found in the inputs"]
+def _para(label: str, text: str) -> Block:
+    return Block(f"**{label}:** {text}\n\n")
 
 
-def mermaid(document: dict) -> str:
-    """A sequence diagram with one lane per rank (plus engine, API server, client)."""
-    v = document["verdict"]
-    lanes: dict = {}
-    messages = []
+# --- the headline and what to do ----------------------------------------------------------
 
-    def note(where: str, text: str) -> None:
-        lanes.setdefault(where, None)
-        messages.append(f"    Note over {where}: {_mm(text)}")
+@DRAW.of(Headline)
+def _headline(item: Headline, ctx: Ctx) -> list[Block]:
+    out = [Block(f"**Suggested title:** {md_code(item.issue_title)}\n\n")] if ctx.include_title else []
+    return out + [Block(f"> **{md_prose(item.text)}**\n\n")]
 
-    def arrow(src: str, dst: str, text: str) -> None:
-        lanes.setdefault(src, None)
-        lanes.setdefault(dst, None)
-        messages.append(f"    {src}-){dst}: {_mm(text)}")
 
-    for r in document["ranks"]:
-        if r["role"] == "worker" and r["rank"] is not None:
-            lanes.setdefault(f"R{r['rank']}", None)
-    origin = v["origin"] or v["faulting_process"]
-    if origin and origin.get("rank") is not None:
-        note(f"R{origin['rank']}", f"ORIGIN {origin.get('kernel') or 'kernel unknown'}: {origin['fault']}")
-    for s in v["surfaces"][:8]:
-        if s["rank"] is not None:
-            note(f"R{s['rank']}", f"SURFACE {s['api'] or ''} {s['function'] or ''}".rstrip())
-    first = v["first_failure"]["rank"] if v["first_failure"] else None
-    for r in document["ranks"]:
-        if r["status"] != "collateral":
-            continue
-        src = f"R{first}" if first is not None else "Other"
-        if r["role"] == "worker" and r["rank"] is not None:
-            arrow(src, f"R{r['rank']}", f"COLLATERAL {r['failure']}")
-        elif r["role"] == "engine-core":
-            arrow(src, "Engine", "worker failed: engine core stopped")
-        elif r["role"] == "api-server":
-            arrow("Engine", "API", "EngineDeadError")
-    if any(e["kind"] == "http" and "50" in e["message"] for e in document["timeline"]):
-        arrow("API", "Client", "HTTP 5xx")
-    messages = messages[:MERMAID_MAX_MESSAGES]
+@DRAW.of(KnownIssues)
+def _known_issues(item: KnownIssues, ctx: Ctx) -> list[Block]:
+    out = ["#### Known issues\n"]
+    for k in item.issues:
+        out.append(f"- **{md_text(k.likelihood)}**: {md_code(k.id)} - {md_text(k.title)}  \n"
+                   f"  workaround: {md_prose(k.workaround)}  \n"
+                   f"  matched: {md_text(item.matched_text(k))}  \n"
+                   f"  does not prove: {md_prose(k.does_not_prove)}  \n"
+                   + "".join(f"  <{ref}>\n" for ref in item.links(k)))
+    return [Block("".join(out) + "\n")]
+
+
+@DRAW.of(NextSteps)
+def _next_steps(item: NextSteps, ctx: Ctx) -> list[Block]:
+    out = [f"#### {item.entry.title}\n"]
+    for step in item.steps:
+        action = f"**{md_prose(step.title)}**: " if step.title else ""
+        out.append(f"- {action}{md_prose(step.why)}\n")
+        if step.command:
+            out.append("\n" + "\n".join("  " + line for line in md_fence(step.command, "sh").splitlines()) + "\n")
+    return [Block("".join(out) + "\n")]
+
+
+# --- Describe the bug -----------------------------------------------------------------------
+
+@DRAW.of(Summary)
+def _summary(item: Summary, ctx: Ctx) -> list[Block]:
+    return [_para("Verdict", md_prose(item.text))]
+
+
+@DRAW.of(Error)
+def _error(item: Error, ctx: Ctx) -> list[Block]:
+    return [_para(item.label, md(item.line))]
+
+
+@DRAW.of(Surfaces)
+def _surfaces(item: Surfaces, ctx: Ctx) -> list[Block]:
+    groups, hidden = item.shown(compact=False)
+    lines = [f"- {md(g.line)}\n" for g in groups] + ([f"- {md_text(item.more(hidden, False))}\n"] if hidden else [])
+    return [Block(f"**Surfaced:**\n\n{''.join(lines)}\n")]
+
+
+@DRAW.of(Origin)
+def _origin(item: Origin, ctx: Ctx) -> list[Block]:
+    return [_para("Origin", md(item.brief) + ("." if item.unknown else ""))]
+
+
+@DRAW.of(FirstFailure)
+def _first(item: FirstFailure, ctx: Ctx) -> list[Block]:
+    out = []
+    if item.first:
+        out.append(_para("First failure", md(item.line)))
+        if item.first.launcher_opinion:
+            out.append(Block(f"> {md_prose(item.first.launcher_opinion)}\n\n"))
+    if item.collateral:
+        out.append(_para("Collateral", md_text(item.collateral_names)))
+    return out
+
+
+@DRAW.of(Hang)
+def _hang(item: Hang, ctx: Ctx) -> list[Block]:
+    return [_para("Hang", md(item.line))]
+
+
+@DRAW.of(Hardware)
+def _hardware(item: Hardware, ctx: Ctx) -> list[Block]:
+    return [_para(item.entry.title, md(item.settled_by))]
+
+
+@DRAW.of(Notes)
+def _notes(item: Notes, ctx: Ctx) -> list[Block]:
+    return [Block(f"> {md_prose(n)}\n\n") for n in (*item.notes, *item.rule_failures)]
+
+
+@DRAW.of(Chain)
+def _chain(item: Chain, ctx: Ctx) -> list[Block]:
+    steps = "".join(f"{n}. {md(step)}\n" for n, step in enumerate(item.steps, 1))
+    return [Block(f"#### {item.entry.title}\n{steps}\n")]
+
+
+@DRAW.of(Explain)
+def _explain(item: Explain, ctx: Ctx) -> list[Block]:
+    out = [f"#### {item.entry.title}\n",
+           _table(("rule", "conclusion"), [[md_code(e.rule, table=True), _cell_text(e.text)] for e in item.explanations])]
+    if ctx.options and ctx.options.explain and item.stories:
+        out.append(f"\n{item.STORY_TITLE}:\n\n")
+        for story in item.stories:
+            out.append(f"- {md_text(story.who)}: **{md_text(story.status_text)}**\n")
+            for seen in story.observations[:item.SHOWN_OBSERVATIONS]:
+                out.append(f"  - {md_text(seen.seen)} {md_text(seen.what[:100])} \\[{md_code(seen.source)}\\]\n")
+            if len(story.observations) > item.SHOWN_OBSERVATIONS:
+                out.append(f"  - ... {len(story.observations) - item.SHOWN_OBSERVATIONS} more (the JSON report has them)\n")
+    return [Block("".join(out) + "\n")]
+
+
+# --- the run --------------------------------------------------------------------------------
+
+@DRAW.of(Environment)
+def _environment(item: Environment, ctx: Ctx) -> list[Block]:
+    rows = [[md_code(r.key, table=True), md_code(r.text[:200], table=True)] for r in item.rows]
+    body = _table(("field", "value"), rows) if rows else f"{md_text(item.EMPTY)}\n"
+    return [Block(f"### Your current environment\n\n{body}\n")]
+
+
+@DRAW.of(Processes)
+def _processes(item: Processes, ctx: Ctx) -> list[Block]:
+    shown, rest = item.shown(compact=False)
+    rows = [[_cell(p.rank), _cell(p.pid), md_text(p.role), f"**{p.status.value}**", _cell(p.exit_code),
+             _cell_text(p.how)] for p in shown]
+    out = "#### Processes\n" + (_table(("rank", "pid", "role", "status", "exit", "how it went down"), rows)
+                                if rows else f"{md_text(item.EMPTY)}\n")
+    if rest:
+        out += f"\n... {md_text(rest)} (the JSON report has them)\n"
+    return [Block(out + "\n")]
+
+
+@DRAW.of(Checklist)
+def _checklist(item: Checklist, ctx: Ctx) -> list[Block]:
+    rows = [[md_text(c.check), CHECK_MARKS[c.status.value], _cell_text(c.finding),
+             md_code(c.evidence, table=True) if c.evidence else ""] for c in item.items]
+    return [Block(f"#### {item.entry.title}\n" + _table(("check", "", "finding", "evidence"), rows) + "\n")]
+
+
+@DRAW.of(Timeline)
+def _timeline(item: Timeline, ctx: Ctx) -> list[Block]:
+    return [Block("### Timeline\n\n" + mermaid(item) + "\n")]
+
+
+def mermaid(item: Timeline) -> str:
+    """The timeline's sequence diagram, one lane per rank (plus engine, API server,
+    client), as Mermaid."""
+    lanes, messages = item.sequence
     if not messages:
         return "_No failure events to draw._\n"
-    order = ["Client", "API", "Engine"] + sorted((k for k in lanes if k.startswith("R")), key=lambda k: int(k[1:])) + ["Other"]
-    names = {"Client": "client", "API": "API server", "Engine": "engine", "Other": "unattributed"}
-    participants = [f"    participant {k} as {names.get(k, 'rank ' + k[1:])}" for k in order if k in lanes]
-    return "```mermaid\nsequenceDiagram\n" + "\n".join(participants + messages) + "\n```\n"
+    participants = [f"    participant {lane} as {label}" for lane, label in lanes]
+    lines = [f"    {m.src}-){m.dst}: {_mm(m.text)}" if isinstance(m, Arrow) else f"    Note over {m.lane}: {_mm(m.text)}"
+             for m in messages]
+    return "```mermaid\nsequenceDiagram\n" + "\n".join(participants + lines) + "\n```\n"
 
 
 def _mm(text) -> str:
     """Text inert inside a Mermaid message: no statement breaks, comments, HTML or
     Mermaid's own entity and link syntax."""
-    from forensics.inert import plain
     text = " ".join(plain(str(text)).split())
     for ch, rep in ((";", ","), ("#", "no."), ("<", "‹"), (">", "›"), ("{", "("), ("}", ")"), ("%", " pct"),
                     (":", " -"), ("`", "'"), ("&", "+"), ("\"", "'")):
@@ -242,10 +280,40 @@ def _mm(text) -> str:
     return text[:110]
 
 
-def _evidence_block(item: dict) -> str:
+@DRAW.of(Inputs)
+def _inputs(item: Inputs, ctx: Ctx) -> list[Block]:
+    shown, hidden = item.shown
+    rows = []
+    for s in shown:
+        rows.append([md_code(s.path, table=True), md_text(s.kind), _cell(s.lines), str(s.events), _cell(s.unparsed_lines),
+                     _cell_text("; ".join(s.problems[:5]))])
+    out = f"### Inputs\n\n{md_text(item.input_summary.sentence)}.\n\n"
+    out += _table(("file", "kind", "lines", "events", "unparsed", "problems"), rows)
+    if hidden:
+        out += f"\n... {hidden} more inputs (the JSON report has them)\n"
+    return [Block(out + "\n")]
+
+
+@DRAW.of(Signature)
+def _signature(item: Signature, ctx: Ctx) -> list[Block]:
+    parts = f" ({md_text(item.contributed)})" if item.contributed else ""
+    return [Block(f"Signature: {md_code(item.signature)}{parts}\n\n")]
+
+
+# --- the evidence ---------------------------------------------------------------------------
+
+@DRAW.of(Evidence)
+def _evidence(item: Evidence, ctx: Ctx) -> list[Block]:
     # the summary line is raw HTML (an HTML block): HTML-escaped, not Markdown-escaped
-    return (f"<details><summary>{md_html(item['label'])} - {md_html(item['source'], code=True)}</summary>\n\n"
-            f"{md_fence(item['text'])}\n</details>\n\n")
+    return [Block("### Evidence\n\n")] + [
+        Block(f"<details><summary>{md_html(x.label)} - {md_html(x.source, code=True)}</summary>\n\n"
+              f"{md_fence(x.text)}\n</details>\n\n", trimmable=True) for x in item.excerpts]
+
+
+@DRAW.of(Redaction)
+def _redaction(item: Redaction, ctx: Ctx) -> list[Block]:
+    # the report's own sentence; its counts are numbers and the redaction rules' names
+    return [Block(f"\n_{item.sentence}_\n")]
 
 
 def _table(header, rows) -> str:
@@ -260,9 +328,3 @@ def _cell(value) -> str:
 
 def _cell_text(value) -> str:
     return md_text(str(value)[:300]).replace("|", "\\|")
-
-
-
-
-def _is_url(text: str) -> bool:
-    return text.startswith("https://") and " " not in text and ">" not in text

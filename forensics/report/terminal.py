@@ -1,5 +1,7 @@
-"""The terminal report (rich): the headline first, then known issues and next steps, the
-processes, the timeline, the checklist, the environment and the inputs.
+"""The terminal report (rich): the verdict box (the headline and the verdict's findings),
+then the report's other sections in the document's order - on the first screen only those
+registered for it, in their compact form; with --full all of them; with --show those named.
+Each section is drawn by its function here (``@DRAW.of``); what it says, the document decided.
 
 Fits the terminal's width (80 columns when piped, or $COLUMNS); plain text without box
 characters or styles when stdout is not a terminal or NO_COLOR is set.  Every string
@@ -11,27 +13,32 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from typing import TextIO
 
 from rich import box
-from rich.console import Console, Group
+from rich.console import Console
+from rich.console import Group as Rows
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 from rich.theme import Theme
 
 from forensics.inert import plain
+from forensics.report.base import Drawers, Form, Group, Mark, Phrase, Section, entries
+from forensics.report.document import Document
+from forensics.report.sections import (Chain, Checklist, Environment, Error, Evidence, Explain, FirstFailure, Hang,
+                                       Hardware, Headline, Inputs, KnownIssues, NextSteps, Notes, Origin, Processes,
+                                       Redaction, Signature, Summary, Surfaces, Timeline)
 
 THEME = Theme({
     "failure": "bold red", "origin": "bold magenta", "surface": "red", "collateral": "yellow",
     "healthy": "green", "unknown": "dim", "label": "bold", "note": "dim", "command": "cyan",
     "check.pass": "green", "check.fail": "bold red", "check.unknown": "dim", "likely": "bold yellow",
     "possible": "yellow", "source": "dim",
+    # a process's status by its name
+    "surfaced": "red", "failed": "red",
 })
-STATUS_STYLE = {"origin": "origin", "surfaced": "surface", "failed": "surface", "collateral": "collateral", "healthy": "healthy",
-                "unknown": "unknown"}
-FAILURE_KINDS = {"cuda-error", "device-assert", "worker-died", "oom", "sanitizer", "cuda-gdb", "fatal-signal",
-                 "peer-failure", "xid", "core-dump", "exception"}
 
 
 def console_for(out: TextIO, options) -> Console:
@@ -53,19 +60,24 @@ def _env_width() -> int | None:
     return value if 40 <= value <= 1000 else None
 
 
-# The sections after the verdict, by the name --show takes.  Each is a function of the
-# document, the console's width and whether it is the compact (first-screen) form.
-SECTION_NAMES = ("known-issues", "next-steps", "explain", "processes", "timeline", "checklist", "env", "inputs")
-# The first screen: the verdict, then these, in their compact form.  It fits 40 lines at
-# 80 columns (tests/test_reports.py); the rest is one --full or --show away.
-FIRST_SCREEN = ("known-issues", "next-steps", "processes", "inputs")
-COMPACT_STEPS = 3
-COMPACT_COMMANDS = 2        # the first screen shows the commands of the first two steps, the title of the third
-COMPACT_PROCESSES = 4
 PAGER = "less -FRX"
+MARK_STYLE = {Mark.FAILURE: "failure", Mark.ORIGIN: "origin", Mark.UNKNOWN: "collateral", Mark.LABEL: "label",
+              Mark.NOTE: "note", Mark.NONE: ""}
+# the verdict box's rows: an 8-column label, the text hanging under itself
+ROW_LABEL = 8
+
+DRAW = Drawers("terminal")
 
 
-def render(document: dict, out: TextIO, options) -> None:
+@dataclass(frozen=True)
+class Ctx:
+    width: int
+    plain_output: bool
+    compact: bool                   # the first screen: each section in its compact form
+    options: object
+
+
+def render(document: Document, out: TextIO, options) -> None:
     console = console_for(out, options)
     if options.pager and console.is_terminal and not options.quiet:
         with console.capture() as captured:
@@ -78,32 +90,52 @@ def render(document: dict, out: TextIO, options) -> None:
     _render(document, console, options)
 
 
-def _render(document: dict, console: Console, options) -> None:
+def body_sections(document: Document, options, compact: bool) -> list[Section]:
+    """The body sections this report shows: --show's, the first screen's, or all of
+    them (those only asked for, with --explain or -v)."""
+    asked = options.explain or options.verbose
+    body = [s for s in document.sections if s.entry.group is Group.BODY and s.present]
+    if options.show:
+        return [s for s in body if s.entry.show in options.show]
+    if compact:
+        return [s for s in body if s.entry.first_screen]
+    return [s for s in body if not s.entry.opt_in or asked]
+
+
+def _render(document: Document, console: Console, options) -> None:
     plain_output = console.no_color
     compact = not options.full and not options.show and not options.explain and not options.verbose
-    console.print(_verdict_panel(document, plain_output, compact))
+    ctx = Ctx(console.width, plain_output, compact, options)
+    console.print(_verdict_panel(document, ctx))
     if options.quiet:
         return
-    if options.show:
-        names = [n for n in SECTION_NAMES if n in options.show]
-    elif compact:
-        names = list(FIRST_SCREEN)
-    else:
-        names = [n for n in SECTION_NAMES if n != "explain" or options.explain or options.verbose]
-    for name in names:
-        section = SECTIONS[name](document, console.width, plain_output, compact, options)
-        if section is not None:
-            console.print(section)
+    for item in body_sections(document, options, compact):
+        drawn = DRAW.draw(item, ctx)
+        if drawn is not None:
+            console.print(drawn)
     if compact:
-        hidden = len(document["next_actions"]) - COMPACT_STEPS
-        more = f"{hidden} more next steps; " if hidden > 0 else ""
-        console.print(Text(f"More: {more}--full, or --show "
-                           + ",".join(n for n in SECTION_NAMES if n not in FIRST_SCREEN[:-1]), style="note"))
-    elif document["signature"]:
-        console.print(Text(f"signature: {document['signature']}", style="note"))
-    if not compact and not options.show:
+        console.print(_more(document, ctx))
+    elif not options.show:
         # the answer again at the bottom of a long report: it is what stays on the screen
-        console.print(Text(plain(document["verdict"]["headline"]), style="label"))
+        console.print(Text(plain(document.get(Headline).text), style="label"))
+
+
+def _more(document: Document, ctx: Ctx) -> Text:
+    """Where the rest of the report is: one line, the section names that fit it."""
+    hidden = document.get(NextSteps).hidden_on_first_screen
+    lead = f"More: {hidden} more next steps; " if hidden else "More: "
+    lead += "--full, or --show "
+    # what --show adds: the sections the first screen leaves out (those only asked for
+    # have their own option), and the inputs, which it sums up in a line
+    names = [e.show for e in entries() if e.show and not e.opt_in and (not e.first_screen or e.name == "inputs")]
+    shown = ""
+    for name in names:
+        candidate = f"{shown},{name}" if shown else name
+        if len(lead) + len(candidate) + 4 > ctx.width:
+            shown += ",..."
+            break
+        shown = candidate
+    return Text(lead + shown, style="note")
 
 
 def _page(text: str) -> bool:
@@ -130,153 +162,154 @@ def _page(text: str) -> bool:
     return True
 
 
-def _explain_section(document: dict, width: int, plain_output: bool, compact: bool, options):
-    v = document["verdict"]
-    if not v["explanation"]:
-        return None
-    table = Table(box=None if plain_output else box.SIMPLE, title="How the rules decided", title_justify="left")
-    table.add_column("rule", style="command", no_wrap=True)
-    table.add_column("conclusion")
-    for item in v["explanation"]:
-        table.add_row(item["rule"], Text(plain(item["text"])))
-    if options.explain and document.get("stories"):
-        parts = [table, Text("What each process's lines say happened to it (the stories)", style="label")]
-        for story in document["stories"]:
-            parts.append(Text(f" {plain(story['who'])}: {story['status'] or 'not in the table'}", style="label"))
-            for seen in story["observations"][:12]:
-                parts.append(Text(f"   {seen['seen']:<12} {plain(seen['what'])[:100]} [{plain(seen['source'])}]"))
-            if len(story["observations"]) > 12:
-                parts.append(Text(f"   ... {len(story['observations']) - 12} more (--format json)", style="note"))
-        return Group(*parts)
-    return table
+def text_of(words: Phrase, style: str = "") -> Text:
+    """A phrase as rich text: every part inert (``plain``), styled by what it marks;
+    an evidence location in brackets, dimmed."""
+    parts = []
+    for span in words:
+        if span.form is Form.SOURCE:
+            parts.append((f"[{plain(span.text)}]", "source"))
+        else:
+            parts.append((plain(span.text), MARK_STYLE[span.mark] or style))
+    return Text.assemble(*parts, style=style)
 
 
-def _row(label: str, *parts):
+def _row(label: str, content) -> Table:
     """A labelled line whose continuation lines hang under the text, not the label."""
     grid = Table.grid(padding=0)
-    grid.add_column(width=8, no_wrap=True)
+    grid.add_column(width=ROW_LABEL, no_wrap=True)
     grid.add_column(overflow="fold")
-    grid.add_row(Text(label, style="label"), Text.assemble(*parts))
+    grid.add_row(Text(label, style="label"), content if not isinstance(content, tuple) else text_of(content))
     return grid
 
 
-COMPACT_SURFACES = 3
+def _aside(text: str, style: str = "note") -> Table:
+    """A line under a row's text, in its column (wrapped lines too)."""
+    return _row("", Text(plain(text), style=style))
 
 
-def _verdict_panel(document: dict, plain_output: bool, compact: bool = False):
-    v = document["verdict"]
-    lines: list[Text] = [Text(plain(v["headline"]), style="failure" if v["failure_kind"] else "healthy")]
-    error = v["error"]
-    if error:
-        sticky = "sticky" if error["sticky"] else "not sticky"
-        code = f" ({error['code']})" if error["code"] is not None else ""
-        lines.append(_row("Error", (f"{error['name']}{code}", "failure"), f" - {plain(error['message'])}; {sticky}"
-                          + (f"; surfaced as {error['surfaced_as']}" if error.get("surfaced_as") else "")
-                          + (f"; what the host sees after the device's {plain(error['from_device_exception'])}"
-                             if error.get("from_device_exception") else "")))
-    elif v["failure_kind"]:
-        lines.append(_row("Failure", (v["failure_kind"], "failure")))
-    most = COMPACT_SURFACES if compact else 6
-    groups = _surface_groups(v["surfaces"])
-    for where, members in groups[:most]:
-        who = ", ".join(s["who"] for s in members)
-        source = members[0]["source"] + (f" +{len(members) - 1}" if len(members) > 1 else "")
-        lines.append(_row("Surface", f"{plain(who)}: {plain(where)}", (f"  [{plain(source)}]", "source")))
-    if len(groups) > most:
-        lines.append(Text(f"        ... {sum(len(m) for _, m in groups[most:])} more surfaces "
-                          f"({'--full' if compact else '--format json'})", style="note"))
-    origin, faulting = v["origin"], v["faulting_process"]
-    if origin:
-        lines.append(_row("Origin", (plain(origin["kernel"]), "origin"),
-                          (f" at {plain(origin['location'])}" if origin.get("location") else ""),
-                          f" on {plain(origin['who'])}: {plain(origin['fault'])}",
-                          (f"  confidence {origin['confidence']}", "label")))
-        if origin.get("launch_site"):
-            lines.append(Text(f"        launched from {plain(origin['launch_site'])}", style="note"))
-        named_by = origin["evidence"][0] if origin["evidence"] else None
-        if named_by:
-            lines.append(Text(f"        named by {plain(named_by['kind'])} [{plain(named_by['source'])}]", style="source"))
-        for note in origin["notes"][:1] if compact else origin["notes"]:
-            lines.append(Text(f"        {plain(note)}", style="note"))
-    elif faulting:
-        lines.append(_row("Origin", ("kernel unknown", "collateral"),
-                          f" - {plain(faulting['who'])} faulted on the device: {plain(faulting['fault'])}"))
-    elif v["origin_unknown"]:
-        lines.append(_row("Origin", ("unknown", "collateral"), f" - {v['origin_unknown']}"))
-    first = v["first_failure"]
-    if first:
-        lines.append(_row("First", f"{plain(first['who'])}: {plain(first['basis'])}"))
-        if first.get("launcher_opinion"):
-            lines.append(Text(f"        {plain(first['launcher_opinion'])}", style="note"))
-    collateral = [r for r in document["ranks"] if r["status"] == "collateral"]
-    if collateral:
-        names = ", ".join(plain(r['who']) for r in collateral[:12]) + \
-            (f" ... ({len(collateral)} in all; --format json lists them)" if len(collateral) > 12 else "")
-        lines.append(_row("Collat.", plain(names)))
-    hardware = v.get("hardware")
-    if hardware:
-        lines.append(_row("HW/SW", f"{hardware['opinion']}: {plain(hardware['basis'])}"))
-    for note in v["notes"]:
-        lines.append(Text(plain(note), style="note"))
-    for failure in v["rule_failures"]:
-        lines.append(Text(plain(failure), style="failure"))
-    if not compact:
-        lines.append(Text(""))
-        lines.append(Text(plain(v["summary"])))
-    if plain_output:
-        return Group(Text("forensics verdict", style="label"), *lines)
-    return Panel(Group(*lines), title="forensics verdict", title_align="left", box=box.ROUNDED)
+def _aside_phrase(words: Phrase, style: str = "note") -> Table:
+    return _row("", text_of(words, style))
 
 
-def _surface_groups(surfaces: list[dict]) -> list[tuple[str, list[dict]]]:
-    """Surfaces at the same call site, one row for all of them (four ranks failing in the
-    same finaliser), in the document's order."""
-    groups: dict[str, list[dict]] = {}
-    for s in surfaces:
-        where = (_short(s["file"]) + (f":{s['line']}" if s["line"] is not None else "")
-                 + (f" in {s['function']}" if s["function"] else "")) if s["file"] else "no source location"
-        api = f"{s['api']} at " if s["api"] else ""
-        called = f", called from {s['caller']}" if s.get("caller") else ""
-        groups.setdefault(api + where + called, []).append(s)
-    return list(groups.items())
+def _verdict_panel(document: Document, ctx: Ctx):
+    rows: list = []
+    for item in document.sections:
+        if item.entry.group is Group.BODY or not item.present:
+            continue
+        if ctx.compact and not item.entry.first_screen:
+            continue
+        rows += DRAW.draw(item, ctx)
+    if ctx.plain_output:
+        return Rows(Text("forensics verdict", style="label"), *rows)
+    return Panel(Rows(*rows), title="forensics verdict", title_align="left", box=box.ROUNDED)
 
 
-def _known_issues(document: dict, width: int = 80, plain_output: bool = True, compact: bool = False, options=None):
-    if not document["known_issues"]:
-        return None
-    parts = [Text("Known issues", style="label")]
-    if compact:
+# --- the verdict box's rows ---------------------------------------------------------------
+
+@DRAW.of(Headline)
+def _headline(item: Headline, ctx: Ctx) -> list:
+    return [Text(plain(item.text), style="failure" if item.failed else "healthy")]
+
+
+@DRAW.of(Summary)
+def _summary(item: Summary, ctx: Ctx) -> list:
+    return [Text(plain(item.text)), Text("")]
+
+
+@DRAW.of(Error)
+def _error(item: Error, ctx: Ctx) -> list:
+    return [_row(item.label, item.line)]
+
+
+@DRAW.of(Surfaces)
+def _surfaces(item: Surfaces, ctx: Ctx) -> list:
+    groups, hidden = item.shown(ctx.compact)
+    rows = [_row("Surface", g.line) for g in groups]
+    if hidden:
+        rows.append(_aside(item.more(hidden, ctx.compact)))
+    return rows
+
+
+@DRAW.of(Origin)
+def _origin(item: Origin, ctx: Ctx) -> list:
+    rows = [_row("Origin", item.line)]
+    if item.launched_from:
+        rows.append(_aside_phrase(item.launched_from))
+    if item.named_by:
+        rows.append(_aside_phrase(item.named_by, "source"))
+    notes = item.notes[:item.FIRST_SCREEN_NOTES] if ctx.compact else item.notes
+    rows += [_aside(note) for note in notes]
+    return rows
+
+
+@DRAW.of(FirstFailure)
+def _first(item: FirstFailure, ctx: Ctx) -> list:
+    rows = []
+    if item.first:
+        rows.append(_row("First", item.line))
+        if item.first.launcher_opinion:
+            rows.append(_aside(item.first.launcher_opinion))
+    if item.collateral:
+        rows.append(_row("Collat.", Text(plain(item.collateral_names))))
+    return rows
+
+
+@DRAW.of(Hang)
+def _hang(item: Hang, ctx: Ctx) -> list:
+    return [_row("Hang", item.line)]
+
+
+@DRAW.of(Hardware)
+def _hardware(item: Hardware, ctx: Ctx) -> list:
+    return [_row("HW/SW", item.line)]
+
+
+@DRAW.of(Notes)
+def _notes(item: Notes, ctx: Ctx) -> list:
+    return [Text(plain(n), style="note") for n in item.notes] + \
+        [Text(plain(f), style="failure") for f in item.rule_failures]
+
+
+# --- the sections after it ------------------------------------------------------------------
+
+def _title(item: Section) -> Text:
+    return Text(item.entry.title, style="label")
+
+
+@DRAW.of(KnownIssues)
+def _known_issues(item: KnownIssues, ctx: Ctx):
+    parts = [_title(item)]
+    if ctx.compact:
         # one line each: the workaround is the first next step
-        for k in document["known_issues"][:2]:
-            parts.append(Text.assemble((f" {k['likelihood'].upper()} ", k["likelihood"]), (k["id"], "label"),
-                                       f" - {plain(k['title'])}", no_wrap=True, overflow="ellipsis"))
-        return Group(*parts)
-    for k in document["known_issues"]:
-        parts.append(Text.assemble((f" {k['likelihood'].upper()} ", k["likelihood"]), (k["id"], "label"),
-                                   f" - {k['title']}"))
-        parts.append(Text(f"   workaround: {k['workaround']}"))
-        parts.append(Text(f"   matched: {'; '.join(k['matched'])}" +
-                          (f"; cannot tell: {', '.join(k['unknown'])}" if k["unknown"] else "")))
-        parts.append(Text(f"   does not prove: {k['does_not_prove']}", style="note"))
-        for ref in k["references"][:3]:
-            parts.append(Text(f"   {ref}", style="command"))
-    return Group(*parts)
+        for k in item.issues[:item.FIRST_SCREEN]:
+            parts.append(Text.assemble((f" {k.likelihood.upper()} ", k.likelihood), (plain(k.id), "label"),
+                                       f" - {plain(k.title)}", no_wrap=True, overflow="ellipsis"))
+        return Rows(*parts)
+    for k in item.issues:
+        parts.append(Text.assemble((f" {k.likelihood.upper()} ", k.likelihood), (plain(k.id), "label"),
+                                   f" - {plain(k.title)}"))
+        parts.append(Text(f"   workaround: {plain(k.workaround)}"))
+        parts.append(Text(f"   matched: {plain(item.matched_text(k))}"))
+        parts.append(Text(f"   does not prove: {plain(k.does_not_prove)}", style="note"))
+        for ref in k.references[:3]:
+            parts.append(Text(f"   {plain(ref)}", style="command"))
+    return Rows(*parts)
 
 
-def _next_steps(document: dict, width: int = 80, plain_output: bool = True, compact: bool = False, options=None):
-    steps = document["next_actions"]
-    if not steps:
-        return None
-    parts = [Text("Next steps (most confidence gained first)", style="label")]
-    for n, step in enumerate(steps[:COMPACT_STEPS] if compact else steps, 1):
-        parts.append(_hanging(f" {n}. ", plain(step.get("title") or step["why"]), width))
-        if not compact and step.get("title"):
-            parts.append(_hanging("    ", plain(step["why"]), width, style="note"))
-        if step["command"] and (not compact or n <= COMPACT_COMMANDS):
-            parts.append(Text(shell_wrap(plain(step["command"]), max(40, width - 6), indent="    "), style="command"))
-        for warning in step["warnings"]:
-            parts.append(_hanging("    note: ", plain(warning), width, style="note"))
-    return Group(*parts)
+@DRAW.of(NextSteps)
+def _next_steps(item: NextSteps, ctx: Ctx):
+    parts = [_title(item)]
+    steps = item.steps[:item.FIRST_SCREEN] if ctx.compact else item.steps
+    for n, step in enumerate(steps, 1):
+        parts.append(_hanging(f" {n}. ", plain(step.heading), ctx.width))
+        if not ctx.compact and step.detail:
+            parts.append(_hanging("    ", plain(step.detail), ctx.width, style="note"))
+        if step.command and (not ctx.compact or n <= item.FIRST_COMMANDS):
+            parts.append(Text(shell_wrap(plain(step.command), max(40, ctx.width - 6), indent="    "), style="command"))
+        for warning in step.warnings:
+            parts.append(_hanging("    note: ", plain(warning), ctx.width, style="note"))
+    return Rows(*parts)
 
 
 def _hanging(lead: str, text: str, width: int, style: str | None = None):
@@ -288,153 +321,154 @@ def _hanging(lead: str, text: str, width: int, style: str | None = None):
     return grid
 
 
-def _ranks_table(document: dict, width: int = 80, plain_output: bool = True, compact: bool = False, options=None):
-    ranks = document["ranks"]
-    if not ranks:
-        return None
-    if compact:
-        return _processes_compact(ranks)
-    table = Table(title="Processes", title_justify="left", box=None if plain_output else box.SIMPLE_HEAD)
+@DRAW.of(Chain)
+def _chain(item: Chain, ctx: Ctx):
+    parts = [_title(item)]
+    for n, step in enumerate(item.steps, 1):
+        lead = f" {n}. "
+        grid = Table.grid(padding=0)
+        grid.add_column(width=len(lead), no_wrap=True)
+        grid.add_column(overflow="fold")
+        grid.add_row(Text(lead), text_of(step))
+        parts.append(grid)
+    return Rows(*parts)
+
+
+@DRAW.of(Explain)
+def _explain(item: Explain, ctx: Ctx):
+    table = Table(box=None if ctx.plain_output else box.SIMPLE, title=item.entry.title, title_justify="left")
+    table.add_column("rule", style="command", no_wrap=True)
+    table.add_column("conclusion")
+    for e in item.explanations:
+        table.add_row(plain(e.rule), Text(plain(e.text)))
+    if not (ctx.options.explain and item.stories):
+        return table
+    parts = [table, Text(item.STORY_TITLE, style="label")]
+    for story in item.stories:
+        parts.append(Text(f" {plain(story.who)}: {story.status_text}", style="label"))
+        for seen in story.observations[:item.SHOWN_OBSERVATIONS]:
+            parts.append(Text(f"   {seen.seen:<12} {plain(seen.what)[:100]} [{plain(seen.source)}]"))
+        if len(story.observations) > item.SHOWN_OBSERVATIONS:
+            parts.append(Text(f"   ... {len(story.observations) - item.SHOWN_OBSERVATIONS} more (--format json)",
+                              style="note"))
+    return Rows(*parts)
+
+
+@DRAW.of(Environment)
+def _environment(item: Environment, ctx: Ctx):
+    if not item.rows:
+        return Rows(_title(item), Text(f" {item.EMPTY}", style="note"))
+    table = Table(title=item.entry.title, title_justify="left", box=None if ctx.plain_output else box.SIMPLE_HEAD,
+                  show_header=False)
+    table.add_column("key", style="command", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    for row in item.rows:
+        table.add_row(plain(row.key), Text(plain(row.text)[:120]))
+    return table
+
+
+@DRAW.of(Processes)
+def _processes(item: Processes, ctx: Ctx):
+    rows, rest = item.shown(ctx.compact)
+    if ctx.compact:
+        # one line a process, cut at the screen's edge (the evidence is in --show processes)
+        lines = [_title(item)]
+        if not rows:
+            return Rows(*lines, Text(f" {item.EMPTY}", style="note"))
+        width = max(len(plain(p.who)) for p in rows)
+        for p in rows:
+            lines.append(Text.assemble(f" {plain(p.who):<{width}}  ", (f"{p.status.value:<10}", p.status.value),
+                                       f" {plain(p.how)}", no_wrap=True, overflow="ellipsis"))
+        if rest:
+            lines.append(Text(f" ... {rest} (--show processes)", style="note"))
+        return Rows(*lines)
+    if not rows:
+        return Rows(_title(item), Text(f" {item.EMPTY}", style="note"))
+    table = Table(title=item.entry.title, title_justify="left", box=None if ctx.plain_output else box.SIMPLE_HEAD)
     table.add_column("rank", justify="right", no_wrap=True)
     table.add_column("pid", justify="right", no_wrap=True)
     table.add_column("role", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("exit", justify="right", no_wrap=True)
-    # the first screen: one line a process (the evidence is in --show processes)
-    table.add_column("how it went down" if compact else "how it went down [evidence]",
-                     overflow="ellipsis" if compact else "fold", no_wrap=compact)
-    shown = ranks[:64]
-    if compact:
-        # the first screen: who failed, then who went down, then the rest as a count
-        order = {"origin": 0, "failed": 1, "surfaced": 1, "collateral": 2, "unknown": 3, "healthy": 4}
-        shown = sorted(ranks, key=lambda r: order.get(r["status"], 5))[:COMPACT_PROCESSES]
-    for r in shown:
-        detail = plain(r["failure"] or (r["first_error"] or "")[:90])
-        if r["first_error_source"] and r["status"] != "healthy" and not compact:
-            detail = f"{detail} [{plain(r['first_error_source'])}]".strip()
-        table.add_row(_n(r["rank"]), _n(r["pid"]), plain(r["role"]), Text(r["status"], style=STATUS_STYLE[r["status"]]),
-                      _n(r["exit_code"]), Text(detail))
-    if len(ranks) > len(shown):
-        rest = ranks[len(shown):] if not compact else [r for r in ranks if r not in shown]
-        counts = ", ".join(f"{n} {status}" for status, n in sorted(_count(r["status"] for r in rest).items()))
-        table.add_row("", "", "", "", "", Text(f"... {len(rest)} more: {counts} (--show processes)", style="note"))
+    table.add_column("how it went down [evidence]", overflow="fold")
+    for p in rows:
+        detail = plain(p.how[:90] if not p.failure else p.how)
+        if p.evidence:
+            detail = f"{detail} [{plain(p.evidence)}]".strip()
+        table.add_row(_n(p.rank), _n(p.pid), plain(p.role), Text(p.status.value, style=p.status.value),
+                      _n(p.exit_code), Text(detail))
+    if rest:
+        table.add_row("", "", "", "", "", Text(f"... {rest} (--show processes)", style="note"))
     return table
 
 
-def _processes_compact(ranks: list[dict]) -> Group:
-    """The first screen's processes: who failed, then who went down, one line each (cut
-    at the screen's edge); the rest as a count."""
-    order = {"origin": 0, "failed": 1, "surfaced": 1, "collateral": 2, "unknown": 3, "healthy": 4}
-    shown = sorted(ranks, key=lambda r: order.get(r["status"], 5))[:COMPACT_PROCESSES]
-    lines = [Text("Processes", style="label")]
-    width = max(len(plain(r["who"])) for r in shown)
-    for r in shown:
-        detail = plain(r["failure"] or (r["first_error"] or ""))
-        lines.append(Text.assemble(f" {plain(r['who']):<{width}}  ", (f"{r['status']:<10}", STATUS_STYLE[r["status"]]),
-                                   f" {detail}", no_wrap=True, overflow="ellipsis"))
-    rest = [r for r in ranks if r not in shown]
-    if rest:
-        counts = ", ".join(f"{n} {status}" for status, n in sorted(_count(r["status"] for r in rest).items()))
-        lines.append(Text(f" ... {len(rest)} more: {counts} (--show processes)", style="note"))
-    return Group(*lines)
+@DRAW.of(Checklist)
+def _checklist(item: Checklist, ctx: Ctx):
+    table = Table(title=item.entry.title, title_justify="left", box=None if ctx.plain_output else box.SIMPLE_HEAD)
+    table.add_column("check", overflow="fold")
+    table.add_column("", no_wrap=True)
+    table.add_column("finding", overflow="fold")
+    for c in item.items:
+        finding = plain(c.finding) + (f" [{plain(c.evidence)}]" if c.evidence else "")
+        table.add_row(Text(plain(c.check)), Text(c.status.value, style=f"check.{c.status.value}"), Text(finding))
+    return table
 
 
-def _count(values) -> dict:
-    out: dict = {}
-    for value in values:
-        out[value] = out.get(value, 0) + 1
-    return out
-
-
-def _timeline_section(document: dict, width: int, plain_output: bool, compact: bool, options):
-    return _timeline_table(document, options.timeline_rows, plain_output)
-
-
-def _timeline_table(document: dict, rows: int, plain_output: bool) -> Table:
-    events = [e for e in document["timeline"] if e["kind"] not in ("log", "exit") or e["severity"] in ("ERROR", "CRITICAL")]
-    if len(events) > rows:
-        first = next((i for i, e in enumerate(events) if e["kind"] in FAILURE_KINDS), 0)
-        start = max(0, min(first - 2, len(events) - rows))
-        events = events[start:start + rows]
-    table = Table(title="Timeline around the failure (~: time taken from the line before; -: no wall-clock time)",
-                  title_justify="left", box=None if plain_output else box.SIMPLE_HEAD)
+@DRAW.of(Timeline)
+def _timeline(item: Timeline, ctx: Ctx):
+    table = Table(title=item.TITLE, title_justify="left", box=None if ctx.plain_output else box.SIMPLE_HEAD)
     table.add_column("time", no_wrap=True)
     table.add_column("rank", justify="right")
     table.add_column("kind", no_wrap=True)
     table.add_column("what", overflow="fold")
-    for e in events:
-        when = e["time"][11:19] if e["time"] else "-"
-        table.add_row(when + ("~" if e["time_inferred"] else ""), _n(e["rank"]), e["kind"],
-                      Text.assemble(plain(e["message"][:110]), (f" [{plain(e['source'])}]", "source")))
+    for e in item.window:
+        table.add_row(e.clock, _n(e.rank), e.kind, Text.assemble(plain(e.message[:110]), (f" [{plain(e.source)}]", "source")))
     return table
 
 
-def _checklist_table(document: dict, width: int = 80, plain_output: bool = True, compact: bool = False, options=None):
-    if not document["checklist"]:
-        return None
-    table = Table(title="Incident checklist", title_justify="left", box=None if plain_output else box.SIMPLE_HEAD)
-    table.add_column("check", overflow="fold")
-    table.add_column("", no_wrap=True)
-    table.add_column("finding", overflow="fold")
-    for item in document["checklist"]:
-        finding = plain(item["finding"]) + (f" [{plain(item['evidence'])}]" if item.get("evidence") else "")
-        table.add_row(Text(item["check"]), Text(item["status"], style=f"check.{item['status']}"), Text(finding))
-    return table
-
-
-def _environment_table(document: dict, width: int = 80, plain_output: bool = True, compact: bool = False, options=None):
-    if not document["environment"]:
-        return None
-    table = Table(title="Environment", title_justify="left", box=None if plain_output else box.SIMPLE_HEAD,
-                  show_header=False)
-    table.add_column("key", style="command", no_wrap=True)
-    table.add_column("value", overflow="fold")
-    for key, value in document["environment"].items():
-        table.add_row(plain(key), Text(plain(str(value))[:120]))
-    return table
-
-
-COMPACT_PROBLEMS = 3
-
-
-def _sources_section(document: dict, width: int, plain_output: bool, compact: bool, options):
-    if compact:
-        summary = document["input_summary"]
-        parts = [Text(plain(summary["sentence"]), style="note" if summary["recognised"] else "collateral")]
-        problems = summary["problems"]
-        for problem in problems[:COMPACT_PROBLEMS]:
-            parts.append(_hanging("  ! ", plain(problem), width, style="collateral"))
-        if len(problems) > COMPACT_PROBLEMS or summary["more_problems"]:
-            parts.append(Text(f"  ... {len(problems) - COMPACT_PROBLEMS + summary['more_problems']} more problems "
-                              "(--show inputs)", style="note"))
-        return Group(*parts)
-    return _sources_table(document, options.verbose, plain_output)
-
-
-def _sources_table(document: dict, verbose: bool, plain_output: bool) -> Table:
-    table = Table(title="Inputs", title_justify="left", box=None if plain_output else box.SIMPLE_HEAD)
+@DRAW.of(Inputs)
+def _inputs(item: Inputs, ctx: Ctx):
+    if ctx.compact:
+        summary = item.input_summary
+        parts = [Text(plain(summary.sentence), style="note" if summary.recognised else "collateral")]
+        for problem in summary.problems[:item.FIRST_SCREEN_PROBLEMS]:
+            parts.append(_hanging("  ! ", plain(problem), ctx.width, style="collateral"))
+        if item.hidden_problems:
+            parts.append(Text(f"  ... {item.hidden_problems} more problems (--show inputs)", style="note"))
+        return Rows(*parts)
+    table = Table(title=item.entry.title, title_justify="left", box=None if ctx.plain_output else box.SIMPLE_HEAD)
     table.add_column("file", overflow="fold")
     table.add_column("kind")
     table.add_column("lines", justify="right")
     table.add_column("events", justify="right")
     table.add_column("unparsed", justify="right")
-    sources = document["sources"]
-    shown = sources if len(sources) <= 40 else [s for s in sources if s["events"] or s["problems"]][:40]
-    for s in shown:
-        table.add_row(Text(plain(s["path"])), s["kind"], _n(s["lines"]), str(s["events"]), _n(s["unparsed_lines"]))
-        for problem in s["problems"][:5]:
+    rows, hidden = item.shown
+    for s in rows:
+        table.add_row(Text(plain(s.path)), plain(s.kind), _n(s.lines), str(s.events), _n(s.unparsed_lines))
+        for problem in s.problems[:5]:
             table.add_row(Text(f"  ! {plain(problem)}", style="collateral"), "", "", "", "")
-    if len(shown) < len(sources):
-        table.add_row(Text(f"... {len(sources) - len(shown)} more inputs (--format json)", style="note"), "", "", "", "")
+    if hidden:
+        table.add_row(Text(f"... {hidden} more inputs (--format json)", style="note"), "", "", "", "")
     return table
 
 
-SECTIONS = {
-    "known-issues": _known_issues, "next-steps": _next_steps, "explain": _explain_section,
-    "processes": _ranks_table, "timeline": _timeline_section, "checklist": _checklist_table,
-    "env": _environment_table, "inputs": _sources_section,
-}
-assert tuple(SECTIONS) == SECTION_NAMES
+@DRAW.of(Signature)
+def _signature(item: Signature, ctx: Ctx):
+    return Text(f"signature: {plain(item.signature)}", style="note")
+
+
+@DRAW.of(Evidence)
+def _evidence(item: Evidence, ctx: Ctx):
+    parts = [_title(item)]
+    for x in item.excerpts:
+        parts.append(Text.assemble((f" {plain(x.label)}", "label"), (f" [{plain(x.source)}]", "source")))
+        parts.append(_hanging("   ", "\n".join(plain(line) for line in x.text.splitlines()), ctx.width))
+    return Rows(*parts)
+
+
+@DRAW.of(Redaction)
+def _redaction(item: Redaction, ctx: Ctx):
+    return Text(item.sentence, style="note")
 
 
 def shell_wrap(command: str, width: int, indent: str = "") -> str:
@@ -450,15 +484,6 @@ def shell_wrap(command: str, width: int, indent: str = "") -> str:
     return "\n".join(lines)
 
 
-
-
-def _short(path: str | None) -> str:
-    if not path:
-        return "?"
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    return plain(path)
 
 
 def _n(value) -> str:
