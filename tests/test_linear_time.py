@@ -51,6 +51,7 @@ REGEX = {
     "formats": ["format[].guard"],
     "messages": ["message[].pattern"],
     "noise": ["noise[].pattern"],
+    "prefilter": ["identity.patterns[]", "identity.tag"],
     "processes": ["quoted_process[].pattern", "rank_hint[].pattern", "role[].pattern"],
     "redaction": ["rule[].pattern", "rule[].gate", "names.secret"],
     "signature": ["fault_class[].pattern", "kernels.normalisers[][0]", "surface.skip_files[]"],
@@ -87,16 +88,17 @@ TEXT = {
                   "frame_process[].name"],
     "redaction": ["public.hosts[]", "rule[].kind", "rule[].replace", "rule[].allow", "rule[].check",
                   "rule[].triggers[]"],
-    "signals": ["signal.*", "watchdog.exceptions[]"],
+    "signals": ["signal[].*", "watchdog.exceptions[]"],
     "signature": ["fault_class[].class", "kernels.normalisers[][1]"],
     "surface_apis": ["api[].api", "api[].what"],
     "wrappers": ["wrapper[].id", "wrapper[].what", "wrapper[].at", "wrapper[].decoder", "wrapper[].needs"],
     "xid": ["xid[].name", "xid[].meaning", "xid[].lean", "xid[].next"],
 }
 # How the code runs them, where it does not search: substituted (every match found:
-# redact.py, names.py) or matched at a line's start (a format's guard: lines.py)
+# redact.py, names.py) or matched at a line's start (a format's guard: lines.py; the
+# prefilter's storm tag: scan.py)
 SUBSTITUTED = {"redaction:rule[].pattern", "signature:kernels.normalisers[][0]"}
-MATCHED = {"formats:format[].guard"}
+MATCHED = {"formats:format[].guard", "prefilter:identity.tag"}
 # compiled with re.MULTILINE by the code that uses them
 MULTILINE = {"redaction:rule[].pattern", "processes:quoted_process[].pattern"}
 SAMPLE_KEYS = ("text", "line", "sample")

@@ -19,6 +19,7 @@ from typing import Any, BinaryIO, Iterator
 
 from elftools.construct.core import ConstructError
 
+from forensics import knowledge
 from forensics.events import Event, Kind, Severity, freeze
 from forensics.parsers.base import ParsedSource
 from forensics.parsers.coredumps.elf import MAX_SECTION_BYTES, CoreDumpError, ElfImage, guarded, parse_core_source
@@ -30,17 +31,6 @@ MAX_THREADS_LISTED = 64           # threads kept in the dataclass (the count is 
 
 
 # --- Linux CPU cores ----------------------------------------------------------------------
-
-# Linux signal numbers (x86-64 / arm64 generic ABI); fixed by the kernel ABI, not by the
-# host running the analysis (which may be a Mac with other numbers).
-LINUX_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 5: "SIGTRAP", 6: "SIGABRT",
-                 7: "SIGBUS", 8: "SIGFPE", 9: "SIGKILL", 10: "SIGUSR1", 11: "SIGSEGV", 12: "SIGUSR2",
-                 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM", 16: "SIGSTKFLT", 17: "SIGCHLD",
-                 18: "SIGCONT", 19: "SIGSTOP", 20: "SIGTSTP", 21: "SIGTTIN", 22: "SIGTTOU",
-                 23: "SIGURG", 24: "SIGXCPU", 25: "SIGXFSZ", 26: "SIGVTALRM", 27: "SIGPROF",
-                 28: "SIGWINCH", 29: "SIGIO", 30: "SIGPWR", 31: "SIGSYS"}
-# Signals whose si_addr is the faulting address (others carry a sender pid there).
-_FAULT_SIGNALS = {4, 7, 8, 11}
 
 NT_PRSTATUS, NT_PRPSINFO, NT_AUXV = 1, 3, 6
 NT_SIGINFO, NT_FILE = 0x53494749, 0x46494C45
@@ -160,7 +150,8 @@ def _read_cpu_core(stream: BinaryIO, size: int, name: str) -> CpuCoreDump:
             problems.append(f"note {_note_name(ntype)} is malformed ({exc}); skipped")
     threads = state["threads"]
     signal = state.get("si_signo") or (threads[0].signal if threads else None)
-    fault_addr = state.get("si_addr") if signal in _FAULT_SIGNALS else None
+    faulted = signal in knowledge.fault_address_signals()      # si_addr: where, not who sent it
+    fault_addr = state.get("si_addr") if faulted else None
     return CpuCoreDump(
         machine=str(elf.header["e_machine"]),
         pid=state.get("pid") or (threads[0].tid if threads else None),
@@ -168,10 +159,10 @@ def _read_cpu_core(stream: BinaryIO, size: int, name: str) -> CpuCoreDump:
         command=state.get("fname"),
         args=state.get("psargs"),
         signal=signal or None,
-        signal_name=LINUX_SIGNALS.get(signal) if signal else None,
+        signal_name=knowledge.signals().get(signal) if signal else None,
         signal_code=state.get("si_code"),
         fault_address=fault_addr,
-        sender_pid=state.get("si_pid") if signal is not None and signal not in _FAULT_SIGNALS else None,
+        sender_pid=state.get("si_pid") if signal is not None and not faulted else None,
         thread_count=state["thread_count"],
         threads=tuple(threads[:MAX_THREADS_LISTED]),
         mapped_file_count=state["file_count"],
@@ -260,7 +251,7 @@ def _note_into(elf: ElfImage, ntype: int, owner: str, desc: bytes, state: dict, 
         cls, little = elf.elfclass, elf.little
         signo, code = note_field(desc, cls, little, "si_signo"), note_field(desc, cls, little, "si_code")
         state["si_signo"], state["si_code"] = signo, code
-        if signo in _FAULT_SIGNALS:
+        if signo in knowledge.fault_address_signals():     # si_addr: the faulting address
             state["si_addr"] = note_field(desc, cls, little, "si_addr")
         else:
             try:

@@ -291,7 +291,7 @@ def _signal_number(text: str) -> int | None:
     name = text.removeprefix("Signals.")
     if name.isdigit():
         return claimed_int(name)
-    return next((n for n, s in knowledge.signals().items() if s == name), None)
+    return knowledge.signal_number(name)
 
 
 def _pid(token) -> int | None:

@@ -17,7 +17,7 @@ import re
 from lark import Transformer, v_args
 from lark.exceptions import LarkError
 
-from forensics import grammar
+from forensics import grammar, knowledge
 from forensics.events import Frame, Kind, Severity
 from forensics.knowledge import claimed_int
 from forensics.parsers.text.block import BlockResult, unparsable
@@ -174,17 +174,9 @@ def _faulthandler_event(head, threads, make, cut: bool = False):
     if kind_of_head == "timeout":
         return make(Kind.STACK_DUMP, f"faulthandler stack dump after a {what} timeout{where}",
                     Severity.WARNING, {**attrs, "timeout": what})
-    signal = _signal_of(what)
+    signal = knowledge.faulthandler_signal(what)
     return make(Kind.FATAL_SIGNAL, f"Fatal Python error: {what}{where}", Severity.CRITICAL,
                 {**attrs, "signal_text": what, "signal_name": signal})
-
-
-_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
-            "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
-
-
-def _signal_of(text: str) -> str | None:
-    return next((name for words, name in _SIGNALS.items() if text.startswith(words)), None)
 
 
 def _pyspy_event(process, threads, make, cut: bool = False):
