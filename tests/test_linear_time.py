@@ -31,6 +31,7 @@ import pytest
 
 from forensics import grammar, kb, knowledge
 from forensics.inputs.normalise import Normaliser
+from forensics.parsers import terminals
 from forensics.parsers.text import messages
 from forensics.parsers.text.lines import LineParser
 from tests.helpers import parse_text
@@ -193,17 +194,10 @@ def _data_regexes() -> list[tuple[str, str, re.Pattern, list[str]]]:
 
 
 def _grammar_terminals() -> list[tuple[str, re.Pattern]]:
-    """(id, compiled) of every terminal of every grammar, as lark's lexer compiles it."""
-    out = []
-    for name in grammar.names():
-        text = grammar.grammar_text(name)
-        # a grammar without a `start` rule is loaded by its code with its own start rules:
-        # all of them here, so that every terminal is kept
-        starts = ("start",) if re.search(r"^\??start\s*:", text, re.M) else tuple(
-            dict.fromkeys(re.findall(r"^\??(_?[a-z][a-z0-9_]*)\s*:", text, re.M)))
-        for terminal in grammar.load(name, starts).terminals:
-            out.append((f"{name}.lark:{terminal.name}", re.compile(terminal.pattern.to_regexp())))
-    return out
+    """(id, compiled) of every terminal of every grammar, as lark's lexer compiles it - the
+    ones its rules use and the ones its readers take by name (block guards, fast paths)."""
+    return [(f"{name}.lark:{key}", pattern) for name in grammar.names()
+            for key, pattern in terminals.every_terminal(name).items()]
 
 
 DATA_REGEXES = _data_regexes()
