@@ -250,7 +250,14 @@ def message_pattern(message_id: str) -> MessagePattern | None:
 
 @functools.lru_cache(maxsize=None)
 def message_continuations() -> tuple[str, ...]:
-    return tuple(load("messages")["continuations"]["prefixes"])
+    """Lines that continue an exception's message printed raw (data/messages.toml)."""
+    return tuple(e["text"] for e in load("messages")["continuations"]["prefixes"])
+
+
+@functools.lru_cache(maxsize=None)
+def native_continuations() -> tuple[str, ...]:
+    """Of those, the ones that go on with a native crash report too (``native``)."""
+    return tuple(e["text"] for e in load("messages")["continuations"]["prefixes"] if e.get("native"))
 
 
 @functools.lru_cache(maxsize=None)

@@ -75,7 +75,7 @@ TEXT = {
     "known_issues/*": ["id", "title", "status", "workaround", "does_not_prove", "references[]", "match.errors[]",
                        "match.failure_kinds[]", "match.phases[]", "match.any[].why", "match.any[].surface_api",
                        "match.any[].phase"],
-    "messages": ["continuations.prefixes[]", "message[].id", "message[].kind", "message[].severity",
+    "messages": ["continuations.prefixes[].text", "continuations.prefixes[].native", "message[].id", "message[].kind", "message[].severity",
                  "message[].phase", "message[].triggers[]", "message[].environment.*", "message[].fields.*",
                  "message[].structured.*", "message[].constants.*"],
     "next_steps": ["step[].id", "step[].when", "step[].title", "step[].why", "step[].action", "step[].command",

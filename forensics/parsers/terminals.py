@@ -20,9 +20,14 @@ from forensics import grammar
 
 
 @functools.lru_cache(maxsize=None)
-def _terminals(name: str) -> dict[str, str]:
+def _compiled(name: str) -> dict:
     compiled = Lark(grammar.grammar_text(name), parser=None, lexer="basic")
-    return {t.name: t.pattern.to_regexp() for t in compiled.terminals}
+    return {t.name: t.pattern for t in compiled.terminals}
+
+
+@functools.lru_cache(maxsize=None)
+def _terminals(name: str) -> dict[str, str]:
+    return {key: pattern.to_regexp() for key, pattern in _compiled(name).items()}
 
 
 @functools.lru_cache(maxsize=None)
@@ -36,6 +41,16 @@ def terminal(name: str, terminal_name: str) -> re.Pattern:
 def terminal_bytes(name: str, terminal_name: str) -> re.Pattern:
     """The same terminal on bytes (for readers that scan raw input before decoding it)."""
     return re.compile(_terminals(name)[terminal_name].encode())
+
+
+@functools.lru_cache(maxsize=None)
+def literal(name: str, terminal_name: str) -> str:
+    """The text of a terminal that is a string ("Traceback (most recent call last):"),
+    for readers that look for it inside a line; ValueError for a regex terminal."""
+    pattern = _compiled(name)[terminal_name]
+    if pattern.type != "str":
+        raise ValueError(f"{name}.lark:{terminal_name} is a regex, not a string")
+    return pattern.value
 
 
 def every_terminal(name: str) -> dict[str, re.Pattern]:

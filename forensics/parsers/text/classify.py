@@ -13,7 +13,7 @@ import re
 
 from forensics import knowledge
 from forensics.events import RELAY, Kind, PyException, Severity
-from forensics.parsers.text import messages
+from forensics.parsers.text import messages, raised
 
 # Cheap test before the CUDA error forms run on a line.
 _CUDA_HINT = re.compile(r"CUDA|cuda|CUBLAS|CUDNN|NCCL|nccl|Cuda|illegal memory|device-side assert|"
@@ -27,10 +27,6 @@ _RELAY_TYPES = {"ChildFailedError": Kind.CHILD_FAILED, "EngineDeadError": Kind.E
                 "WorkerCrashedError": Kind.WORKER_DIED, "BrokenProcessPool": Kind.WORKER_DIED,
                 "DistNetworkError": Kind.PEER_FAILURE, "KeyboardInterrupt": Kind.SIGNAL_RECEIVED,
                 "SystemExit": Kind.SIGNAL_RECEIVED, "CancelledError": Kind.SIGNAL_RECEIVED}
-
-
-# c10's "Exception raised from <function> at <file>:<line> (most recent call first):"
-_RAISED_FROM = re.compile(r"Exception raised from (?P<function>\S+) at (?P<file>[^\s:]+):(?P<line>\d+)")
 
 
 # relay kinds that a process uses for its *own* error too: when the chain carries a
@@ -103,10 +99,9 @@ def traceback_event(chain: tuple[PyException, ...], nlines: int, make):
         if err is not None:
             carrier = exc
             break
-    raised = _RAISED_FROM.search(final.message) if "Exception raised from" in final.message else None
-    if raised:
-        attrs.update(raised_function=raised.group("function"), raised_file=raised.group("file"),
-                     raised_line=knowledge.claimed_int(raised.group("line")))
+    thrown = raised.find(final.message)        # c10's "Exception raised from F at file:line"
+    if thrown is not None:
+        attrs.update(thrown.attrs())
     if err is not None:
         attrs.update(error_attrs(err))
         attrs["error_exception"] = f"{carrier.type}: {carrier.message.splitlines()[0] if carrier.message else ''}"
