@@ -126,3 +126,157 @@ def test_the_stages_signal_sets_agree_with_the_catalogue(module, name, flag):
     if copy is None:
         pytest.skip(f"{module} no longer keeps {name}")
     assert frozenset(copy) == getattr(knowledge, flag)()
+
+
+# --- guards: the grammars' terminals --------------------------------------------------------
+
+def _terminal_sources(name: str) -> dict[str, str]:
+    """Each terminal's definition in grammars/<name>.lark, as written (continuation lines joined)."""
+    import re
+    from forensics import grammar
+    out: dict[str, str] = {}
+    current = None
+    for line in grammar.grammar_text(name).splitlines():
+        found = re.match(r"(_?[A-Z][A-Z0-9_]*)(?:\.\d+)?\s*:\s*(.*)", line)
+        if found:
+            current = found.group(1)
+            out[current] = found.group(2)
+        elif current and re.match(r"\s+\|", line):
+            out[current] += " " + line.strip()
+        else:
+            current = None
+    return out
+
+
+def _top_level_alternation(regex: str) -> bool:
+    depth, in_class, escaped = 0, False, False
+    for char in regex:
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            return True
+    return False
+
+
+def test_no_composite_terminal_takes_a_piece_with_a_bare_alternation():
+    # lark joins a composite terminal's pieces as they are: a piece /a|b/ inside "X: P /c/"
+    # becomes a|bc - the piece must group its alternatives, /(?:a|b)/
+    import re
+    from forensics import grammar
+    found = []
+    literal = re.compile(r'"(?:[^"\\]|\\.)*"|/(?:[^/\\]|\\.)*/[imslux]*')
+    for name in grammar.names():
+        sources = _terminal_sources(name)
+        for terminal, body in sources.items():
+            for used in re.findall(r"\b_?[A-Z][A-Z0-9_]*\b", literal.sub(" ", body)):
+                piece = sources.get(used, "").strip()
+                if piece.startswith("/") and _top_level_alternation(piece[1:piece.rindex("/")]):
+                    found.append(f"{name}.lark: {terminal} uses {used}")
+    assert not found, found
+
+
+# --- the grammar owns every field: no transformer re-parses a token -------------------------
+
+# what a regex does to text; str has none of these methods
+REGEX_METHODS = frozenset({"match", "fullmatch", "search", "findall", "finditer", "sub", "subn"})
+
+
+def _parser_modules():
+    import importlib
+    import pkgutil
+    import forensics.parsers
+    for info in pkgutil.walk_packages(forensics.parsers.__path__, "forensics.parsers."):
+        yield importlib.import_module(info.name)
+
+
+def _transformers():
+    from lark import Transformer
+    for module in _parser_modules():
+        for obj in vars(module).values():
+            if inspect.isclass(obj) and issubclass(obj, Transformer) and obj.__module__ == module.__name__:
+                yield module, obj
+
+
+def _regex_calls(module, tree: ast.AST, seen: set[str]) -> list[str]:
+    """Regex calls in ``tree`` and in the module's own functions it calls (transitively):
+    ``re.<anything>(...)`` and ``<x>.match/search/...(...)`` on anything but a str literal."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            if isinstance(func.value, ast.Name) and func.value.id == "re":
+                found.append(f"re.{func.attr} at line {node.lineno}")
+            elif func.attr in REGEX_METHODS and not isinstance(func.value, ast.Constant):
+                found.append(f".{func.attr}() at line {node.lineno}")
+        elif isinstance(func, ast.Name) and func.id not in seen:
+            helper = getattr(module, func.id, None)
+            if inspect.isfunction(helper) and helper.__module__ == module.__name__:
+                seen.add(func.id)
+                source = inspect.getsource(helper)
+                found += [f"{func.id}: {f}" for f in _regex_calls(module, ast.parse(_dedent(source)), seen)]
+    return found
+
+
+def _dedent(source: str) -> str:
+    import textwrap
+    return textwrap.dedent(source)
+
+
+def _reparses(module, cls) -> list[str]:
+    tree = ast.parse(_dedent(inspect.getsource(cls)))
+    return _regex_calls(module, tree, set())
+
+
+TRANSFORMERS = sorted(_transformers(), key=lambda mc: (mc[0].__name__, mc[1].__name__))
+
+
+def test_the_walk_finds_every_transformer():
+    names = {f"{m.__name__.rsplit('.', 1)[-1]}.{c.__name__}" for m, c in TRANSFORMERS}
+    assert {"traceback._ToExceptions", "native._ToCrash", "text._ToReport", "cuda_gdb._ToLine", "pytest._ToFields",
+            "launcher._ToSummary", "launcher._ToRecord", "stackdump._PySpy", "envreport._ToLine"} <= names, names
+
+
+@pytest.mark.parametrize(("module", "cls"), TRANSFORMERS, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_no_transformer_reparses_a_token_with_a_regex(module, cls):
+    # the grammar splits a line into one token per field: a transformer reads the fields
+    # by name, it does not take a coarse token apart again with a regex of its own
+    assert not _reparses(module, cls), f"{cls.__name__} re-parses token text: {_reparses(module, cls)}"
+
+
+@pytest.mark.parametrize(("module", "cls"), TRANSFORMERS, ids=lambda x: getattr(x, "__name__", str(x)))
+def test_transformers_take_their_tokens_inline(module, cls):
+    from lark.visitors import _VArgsWrapper
+    methods = [v for k, v in vars(cls).items() if not k.startswith("_") and callable(v)]
+    assert methods and all(isinstance(m, _VArgsWrapper) for m in methods), f"{cls.__name__}: v_args(inline=True)"
+
+
+def test_the_walk_sees_a_regex_in_a_transformer_and_its_helpers(tmp_path, monkeypatch):
+    import importlib
+    (tmp_path / "planted_transformer.py").write_text('''
+import re
+from lark import Transformer
+PATTERN = re.compile(r"(\\d+)")
+def helper(text):
+    return PATTERN.match(text)
+class T(Transformer):
+    def field(self, token):
+        return helper(str(token))
+    def other(self, token):
+        return re.split(",", str(token))
+''', encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("planted_transformer")
+    found = _reparses(module, module.T)
+    assert any(f.startswith("helper: .match()") for f in found) and any(f.startswith("re.split") for f in found)
