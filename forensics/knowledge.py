@@ -350,6 +350,13 @@ def host_error_of(device_exception: str | None) -> CudaError | None:
 
 
 @functools.lru_cache(maxsize=None)
+def relay_exceptions() -> Mapping[str, str]:
+    """Exception type (unqualified) -> the event kind a traceback ending in it is: another
+    process's failure relayed, or a stop (data/processes.toml [relay_exceptions])."""
+    return dict(load("processes").get("relay_exceptions", {}))
+
+
+@functools.lru_cache(maxsize=None)
 def launcher_files() -> tuple[str, ...]:
     return tuple(load("processes").get("launcher", {}).get("files", ()))
 

@@ -280,3 +280,54 @@ class T(Transformer):
     module = importlib.import_module("planted_transformer")
     found = _reparses(module, module.T)
     assert any(f.startswith("helper: .match()") for f in found) and any(f.startswith("re.split") for f in found)
+
+
+# --- knowledge in the catalogues ------------------------------------------------------------
+
+def test_relay_exceptions_are_relay_kinds():
+    from forensics import knowledge
+    from forensics.events import RELAY, Kind
+    relays = knowledge.relay_exceptions()
+    assert {"ChildFailedError", "EngineDeadError", "RayTaskError", "KeyboardInterrupt"} <= set(relays)
+    assert all(Kind(kind) in RELAY for kind in relays.values()), relays
+
+
+def test_line_formats_say_their_levels_as_pythons():
+    # a format's printed level names (glog's E, NCCL's WARN) -> Python's, in data/formats.toml;
+    # each name is one its grammar's LEVEL terminal reads
+    from forensics.parsers import terminals
+    from forensics.parsers.formats import formats_of_kind
+    python = {"DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"}
+    for fmt in formats_of_kind("line"):
+        assert set(fmt.levels.values()) <= python, fmt.name
+        for printed in fmt.levels:
+            assert terminals.terminal(fmt.grammar, "LEVEL").fullmatch(printed), (fmt.name, printed)
+    glog = next(f for f in formats_of_kind("line") if f.name == "glog")
+    assert glog.levels["F"] == "CRITICAL"
+
+
+def test_exception_raised_from_is_read_in_one_place():
+    # c10's throw site: the native crash grammar's raised_from rule, read alone by
+    # parsers/text/raised.py for messages and raw lines; no module spells it as a regex
+    import re
+    from forensics.parsers.text import raised
+    found = raised.find("CUDA error: an illegal memory access was encountered\n"
+                        "Exception raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:43 "
+                        "(most recent call first):")
+    assert (found.function, found.file, found.line) == ("c10_cuda_check_implementation",
+                                                         "/pytorch/c10/cuda/CUDAException.cpp", 43)
+    assert raised.read("Exception raised from somewhere unknown").file is None
+    spelled = [str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+               if re.search(r"re\.compile\([^)]*Exception raised from", p.read_text(encoding="utf-8"))]
+    assert not spelled, spelled
+
+
+def test_continuation_prefixes_are_only_in_the_catalogue():
+    # torch's advice after an exception's message ("CUDA kernel errors might be ...") is
+    # data/messages.toml's; the parsers ask knowledge for it
+    from forensics import knowledge
+    native = knowledge.native_continuations()
+    assert native and set(native) <= set(knowledge.message_continuations())
+    for path in (PACKAGE / "parsers").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        assert not any(prefix in text for prefix in native if len(prefix) > 12), path.name
