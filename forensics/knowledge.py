@@ -256,7 +256,14 @@ def message_pattern(message_id: str) -> MessagePattern | None:
 
 @functools.lru_cache(maxsize=None)
 def message_continuations() -> tuple[str, ...]:
-    return tuple(load("messages")["continuations"]["prefixes"])
+    """Lines that continue an exception's message printed raw (data/messages.toml)."""
+    return tuple(e["text"] for e in load("messages")["continuations"]["prefixes"])
+
+
+@functools.lru_cache(maxsize=None)
+def native_continuations() -> tuple[str, ...]:
+    """Of those, the ones that go on with a native crash report too (``native``)."""
+    return tuple(e["text"] for e in load("messages")["continuations"]["prefixes"] if e.get("native"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -349,6 +356,13 @@ def host_error_of(device_exception: str | None) -> CudaError | None:
 
 
 @functools.lru_cache(maxsize=None)
+def relay_exceptions() -> Mapping[str, str]:
+    """Exception type (unqualified) -> the event kind a traceback ending in it is: another
+    process's failure relayed, or a stop (data/processes.toml [relay_exceptions])."""
+    return dict(load("processes").get("relay_exceptions", {}))
+
+
+@functools.lru_cache(maxsize=None)
 def launcher_files() -> tuple[str, ...]:
     return tuple(load("processes").get("launcher", {}).get("files", ()))
 
@@ -391,10 +405,57 @@ def startup_frame(function: str | None, file: str) -> bool:
     return files is not None and any(f is None or f in file for f in files)
 
 
+@dataclass(frozen=True)
+class Signal:
+    """One Linux signal of data/signals.toml, the one signals table."""
+
+    number: int
+    name: str                      # SIGSEGV
+    text: str                      # strsignal(): "Segmentation fault"
+    crash: bool = False            # the program's own fault, not a stop or a kill from outside
+    fault_address: bool = False    # siginfo's si_addr is the faulting address (else a sender's pid)
+    faulthandler: bool = False     # CPython's faulthandler catches it ("Fatal Python error: <text>")
+    stop: bool = False             # a request to stop (SIGINT, SIGTERM)
+
+
+@functools.lru_cache(maxsize=None)
+def signal_table() -> tuple[Signal, ...]:
+    return tuple(Signal(**entry) for entry in load("signals")["signal"])
+
+
 @functools.lru_cache(maxsize=None)
 def signals() -> dict[int, str]:
     """Signal number -> name (data/signals.toml)."""
-    return {int(k): v for k, v in load("signals")["signal"].items()}
+    return {s.number: s.name for s in signal_table()}
+
+
+@functools.lru_cache(maxsize=None)
+def signal_number(name: str | None) -> int | None:
+    """The number of a signal by its name ("SIGTERM"), or None."""
+    return next((s.number for s in signal_table() if s.name == name), None)
+
+
+def faulthandler_signal(text: str) -> str | None:
+    """The signal faulthandler names by its text ("Segmentation fault" -> SIGSEGV)."""
+    return next((s.name for s in signal_table() if s.faulthandler and text.startswith(s.text)), None)
+
+
+@functools.lru_cache(maxsize=None)
+def crash_signals() -> frozenset[int]:
+    """Signals a program dies of by its own fault (data/signals.toml ``crash``)."""
+    return frozenset(s.number for s in signal_table() if s.crash)
+
+
+@functools.lru_cache(maxsize=None)
+def fault_address_signals() -> frozenset[int]:
+    """Signals whose siginfo carries the faulting address (``fault_address``)."""
+    return frozenset(s.number for s in signal_table() if s.fault_address)
+
+
+@functools.lru_cache(maxsize=None)
+def stop_signals() -> frozenset[int]:
+    """Signals that ask a process to stop (``stop``): SIGINT, SIGTERM."""
+    return frozenset(s.number for s in signal_table() if s.stop)
 
 
 @functools.lru_cache(maxsize=None)

@@ -31,6 +31,7 @@ import pytest
 
 from forensics import grammar, kb, knowledge
 from forensics.inputs.normalise import Normaliser
+from forensics.parsers import terminals
 from forensics.parsers.text import messages
 from forensics.parsers.text.lines import LineParser
 from tests.helpers import parse_text
@@ -52,6 +53,7 @@ REGEX = {
     "formats": ["format[].guard"],
     "messages": ["message[].pattern"],
     "noise": ["noise[].pattern"],
+    "prefilter": ["identity.patterns[]", "identity.tag"],
     "processes": ["quoted_process[].pattern", "rank_hint[].pattern", "role[].pattern"],
     "redaction": ["rule[].pattern", "rule[].gate", "names.secret"],
     "signature": ["fault_class[].pattern", "kernels.normalisers[][0]", "surface.skip_files[]"],
@@ -70,11 +72,11 @@ TEXT = {
     "env_reports": ["report[].name", "report[].what", "report[].starts[]", "report[].keys.*", "packages.*",
                     "variables.prefixes[]"],
     "formats": ["format[].name", "format[].kind", "format[].grammar", "format[].reader", "format[].what",
-                "format[].joins"],
+                "format[].joins", "format[].levels.*"],
     "known_issues/*": ["id", "title", "status", "workaround", "does_not_prove", "references[]", "match.errors[]",
                        "match.failure_kinds[]", "match.phases[]", "match.any[].why", "match.any[].surface_api",
                        "match.any[].phase"],
-    "messages": ["continuations.prefixes[]", "message[].id", "message[].kind", "message[].severity",
+    "messages": ["continuations.prefixes[].text", "continuations.prefixes[].native", "message[].id", "message[].kind", "message[].severity",
                  "message[].phase", "message[].triggers[]", "message[].environment.*", "message[].fields.*",
                  "message[].structured.*", "message[].constants.*"],
     "next_steps": ["step[].id", "step[].when", "step[].title", "step[].why", "step[].action", "step[].command",
@@ -85,20 +87,21 @@ TEXT = {
     "phases": ["startup.frames[].function", "startup.frames[].file", "startup.messages[]",
                "startup.exceptions[]"],
     "prefilter": ["anchors.always[]", "anchors.skip_triggers[]"],
-    "processes": ["quoted_process[].id", "role[].role", "vllm_v0.markers[]", "launcher.files[]", "frame_process[].file",
+    "processes": ["quoted_process[].id", "role[].role", "relay_exceptions.*", "vllm_v0.markers[]", "launcher.files[]", "frame_process[].file",
                   "frame_process[].name"],
     "redaction": ["public.hosts[]", "rule[].kind", "rule[].replace", "rule[].allow", "rule[].check",
                   "rule[].triggers[]"],
-    "signals": ["signal.*", "watchdog.exceptions[]"],
+    "signals": ["signal[].*", "watchdog.exceptions[]"],
     "signature": ["fault_class[].class", "kernels.normalisers[][1]"],
     "surface_apis": ["api[].api", "api[].what"],
     "wrappers": ["wrapper[].id", "wrapper[].what", "wrapper[].at", "wrapper[].decoder", "wrapper[].needs"],
     "xid": ["xid[].name", "xid[].meaning", "xid[].lean", "xid[].next"],
 }
 # How the code runs them, where it does not search: substituted (every match found:
-# redact.py, names.py) or matched at a line's start (a format's guard: lines.py)
+# redact.py, names.py) or matched at a line's start (a format's guard: lines.py; the
+# prefilter's storm tag: scan.py)
 SUBSTITUTED = {"redaction:rule[].pattern", "signature:kernels.normalisers[][0]"}
-MATCHED = {"formats:format[].guard"}
+MATCHED = {"formats:format[].guard", "prefilter:identity.tag"}
 # compiled with re.MULTILINE by the code that uses them
 MULTILINE = {"redaction:rule[].pattern", "processes:quoted_process[].pattern"}
 SAMPLE_KEYS = ("text", "line", "sample")
@@ -193,17 +196,10 @@ def _data_regexes() -> list[tuple[str, str, re.Pattern, list[str]]]:
 
 
 def _grammar_terminals() -> list[tuple[str, re.Pattern]]:
-    """(id, compiled) of every terminal of every grammar, as lark's lexer compiles it."""
-    out = []
-    for name in grammar.names():
-        text = grammar.grammar_text(name)
-        # a grammar without a `start` rule is loaded by its code with its own start rules:
-        # all of them here, so that every terminal is kept
-        starts = ("start",) if re.search(r"^\??start\s*:", text, re.M) else tuple(
-            dict.fromkeys(re.findall(r"^\??(_?[a-z][a-z0-9_]*)\s*:", text, re.M)))
-        for terminal in grammar.load(name, starts).terminals:
-            out.append((f"{name}.lark:{terminal.name}", re.compile(terminal.pattern.to_regexp())))
-    return out
+    """(id, compiled) of every terminal of every grammar, as lark's lexer compiles it - the
+    ones its rules use and the ones its readers take by name (block guards, fast paths)."""
+    return [(f"{name}.lark:{key}", pattern) for name in grammar.names()
+            for key, pattern in terminals.every_terminal(name).items()]
 
 
 DATA_REGEXES = _data_regexes()

@@ -24,7 +24,7 @@ from forensics.case import analyze, parse_source
 from forensics.events import Kind
 from forensics.inputs.sources import sniff
 from forensics.parsers import registry
-from forensics.parsers.coredumps.cpu import CoreDumpError
+from forensics.parsers.coredumps.elf import CoreDumpError
 from forensics.parsers.coredumps.gpu import (MAX_LANES_KEPT, CudaCoredumpParser, dump_event, exception_info,
                                              generation_flag_names, pid_from_name, read_cuda_core,
                                              read_cuda_core_file)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from forensics import knowledge
 
@@ -22,6 +23,7 @@ class Format:
     site: bool = False              # line formats: the header's file:line is where an error was detected
     joins: str = "header"           # header | logger | no: what identifies the lines of one record
     untagged_is_main: bool = False  # line formats: a record naming no process is the main process's
+    levels: Mapping[str, str] = field(default_factory=dict, compare=False)   # printed level -> Python's name
     samples: tuple[dict, ...] = field(default=(), compare=False)
 
 
@@ -32,9 +34,16 @@ def formats() -> tuple[Format, ...]:
         out.append(Format(name=entry["name"], kind=entry["kind"], what=entry["what"], grammar=entry.get("grammar"),
                           reader=entry.get("reader"), guard=entry.get("guard"), cache=entry.get("cache", True),
                           joins=entry.get("joins", "header"), site=entry.get("site", False),
-                          untagged_is_main=entry.get("untagged_is_main", False), samples=tuple(entry.get("samples", ()))))
+                          untagged_is_main=entry.get("untagged_is_main", False), levels=dict(entry.get("levels", {})),
+                          samples=tuple(entry.get("samples", ()))))
     return tuple(out)
 
 
 def formats_of_kind(kind: str) -> tuple[Format, ...]:
     return tuple(f for f in formats() if f.kind == kind)
+
+
+@functools.lru_cache(maxsize=None)
+def levels_of(name: str) -> Mapping[str, str]:
+    """A line format's level names as Python's (data/formats.toml ``levels``)."""
+    return next((f.levels for f in formats() if f.name == name), {})

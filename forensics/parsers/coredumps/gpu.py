@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
-import struct
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import BinaryIO, Iterator
@@ -33,8 +32,8 @@ from typing import BinaryIO, Iterator
 from forensics import knowledge, names
 from forensics.events import Event, Kind, Severity, freeze
 from forensics.parsers.base import ParsedSource
-from forensics.parsers.coredumps.cpu import (MAX_SECTION_BYTES, CoreDumpError, ElfImage, guarded,
-                                       open_seekable, parse_core_source)
+from forensics.parsers.coredumps.elf import (ELF_SYMBOL, MAX_SECTION_BYTES, STT_FUNC, CoreDumpError, ElfImage,
+                                             Field, Layout, guarded, open_seekable, parse_core_source)
 from forensics.inputs.sources import Source, sniff
 
 EM_CUDA = 190
@@ -43,13 +42,54 @@ SHT_RELF_IMG, SHT_DEV_TABLE, SHT_CTX_TABLE, SHT_SM_TABLE = _SHT + 7, _SHT + 9, _
 SHT_GRID_TABLE, SHT_CTA_TABLE, SHT_WP_TABLE, SHT_LN_TABLE = _SHT + 12, _SHT + 13, _SHT + 14, _SHT + 15
 SHT_MOD_TABLE, SHT_META = _SHT + 16, _SHT + 22
 
-# Smallest row each table must have for the fields read here (the header's documented
-# sizes; newer drivers append fields, older ones lack the "since rNNN" tails).
-_MIN_ROW = {SHT_DEV_TABLE: 80, SHT_CTX_TABLE: 40, SHT_MOD_TABLE: 8, SHT_GRID_TABLE: 128,
-            SHT_SM_TABLE: 8, SHT_CTA_TABLE: 24, SHT_WP_TABLE: 28, SHT_LN_TABLE: 40}
-_TABLE_NAMES = {SHT_DEV_TABLE: "device", SHT_CTX_TABLE: "context", SHT_MOD_TABLE: "module",
-                SHT_GRID_TABLE: "grid", SHT_SM_TABLE: "SM", SHT_CTA_TABLE: "CTA",
-                SHT_WP_TABLE: "warp", SHT_LN_TABLE: "lane"}
+@dataclass(frozen=True)
+class Table:
+    """A table section of the dump: what to call it, and its row."""
+
+    label: str                      # "grid": for the problems a bad table is told by
+    row: Layout
+
+
+# The rows of cudacoredump.h, the fields read here by the header's names (little-endian,
+# packed as listed; shared/reference/formats.md section 6.1).  ``size`` is the smallest
+# row accepted: the header's documented size of the fields always present (newer drivers
+# append fields, so the row's real size always comes from ``sh_entsize``); a field after
+# a "since rNNN" mark is None in a dump an older driver wrote.
+TABLES = {
+    SHT_DEV_TABLE: Table("device", Layout("CudbgDeviceTableEntry", 80, (
+        Field("devName", 0, "Q"), Field("devType", 8, "Q"), Field("smType", 16, "Q"),     # .strtab offsets
+        Field("devId", 24, "I"), Field("pciBusId", 28, "I"), Field("pciDevId", 32, "I"),
+        Field("numSMs", 36, "I"), Field("numWarpsPerSM", 40, "I"), Field("numLanesPerWarp", 44, "I"),
+        Field("numRegsPerLane", 48, "I")))),
+    SHT_CTX_TABLE: Table("context", Layout("CudbgContextTableEntry", 40, (Field("contextId", 0, "Q"),))),
+    SHT_MOD_TABLE: Table("module", Layout("CudbgModuleTableEntry", 8, (Field("moduleHandle", 0, "Q"),))),
+    SHT_GRID_TABLE: Table("grid", Layout("CudbgGridTableEntry", 128, (
+        Field("gridId64", 0, "Q"), Field("contextId", 8, "Q"), Field("function", 16, "Q"),
+        Field("functionEntry", 24, "Q"), Field("moduleHandle", 32, "Q"), Field("parentGridId64", 40, "Q"),
+        Field("paramsOffset", 48, "Q"), Field("kernelType", 56, "I"), Field("origin", 60, "I"),
+        Field("gridStatus", 64, "I"), Field("numRegs", 68, "I"), Field("gridDim", 72, "3I"),
+        Field("blockDim", 84, "3I"), Field("attrLaunchBlocking", 96, "I"), Field("attrHostTid", 100, "I"),
+        Field("clusterDim", 104, "3I", since="r525")))),
+    # the SM row is where the exception code and error PC survive when the faulting warps
+    # already exited (driver 580 writes 48-byte rows where the header documents 40)
+    SHT_SM_TABLE: Table("SM", Layout("CudbgSmTableEntry", 8, (
+        Field("smId", 0, "I"),
+        Field("exception", 8, "I", since="r555"), Field("errorPCValid", 12, "I", since="r555"),
+        Field("errorPC", 16, "Q", since="r555")))),
+    SHT_CTA_TABLE: Table("CTA", Layout("CudbgCTATableEntry", 24, (Field("gridId64", 0, "Q"),
+                                                                  Field("blockIdx", 8, "3I")))),
+    SHT_WP_TABLE: Table("warp", Layout("CudbgWarpTableEntry", 28, (
+        Field("errorPC", 0, "Q"), Field("warpId", 8, "I"), Field("validLanesMask", 12, "I"),
+        Field("activeLanesMask", 16, "I"), Field("isWarpBroken", 20, "I"), Field("errorPCValid", 24, "I")))),
+    SHT_LN_TABLE: Table("lane", Layout("CudbgThreadTableEntry", 40, (
+        Field("virtualPC", 0, "Q"), Field("physPC", 8, "Q"),       # physPC: the PC's offset in its function
+        Field("ln", 16, "I"), Field("threadIdx", 20, "3I"), Field("exception", 32, "I")))),
+}
+# .cudbg.meta (r565+): one row, the driver that wrote the dump and how
+META = Layout("CudbgMetaDataEntry", 32, (
+    Field("generatorName", 0, "Q"), Field("driverVersionMajor", 8, "I"), Field("driverVersionMinor", 12, "I"),
+    Field("cudaDriverVersionMajor", 16, "I"), Field("cudaDriverVersionMinor", 20, "I"),
+    Field("flags", 24, "I"), Field("timestamp", 28, "I")))
 MAX_ROWS = 1 << 20                # rows decoded per table, at most
 MAX_LANES_KEPT = 4096             # faulting lanes kept (the count stays exact)
 MAX_SYMBOLS = 2_000_000           # symbols scanned per cubin
@@ -321,12 +361,13 @@ class _Reader:
         h, name, sht = self.shdrs[index], self.names[index] or f"#{index}", self.types[index]
         self._rows[index] = rows = []
         entsize, size, offset = h["sh_entsize"], h["sh_size"], h["sh_offset"]
-        need = _MIN_ROW.get(sht, 1)
+        table = TABLES.get(sht)
+        need = table.row.size if table else 1
         if size == 0:
             return rows
         if entsize < need:
             self.problems.append(f"section {name} has row size {entsize}, smaller than the {need} bytes "
-                                 f"a {_TABLE_NAMES.get(sht, 'table')} row needs: table skipped")
+                                 f"a {table.label if table else 'table'} row needs: table skipped")
             return rows
         if offset > self.size:
             self.problems.append(f"section {name} starts past end of file: dump truncated")
@@ -350,7 +391,7 @@ class _Reader:
         link, info = h["sh_link"], h["sh_info"]
         if not (0 < link < len(self.shdrs)) or self.types.get(link) != parent_type:
             self.problems.append(f"section {self.names[index] or index} links to section {link}, which is "
-                                 f"not a {_TABLE_NAMES.get(parent_type, 'parent')} table: rows ignored")
+                                 f"not a {TABLES[parent_type].label if parent_type in TABLES else 'parent'} table: rows ignored")
             return None
         if info >= len(self.rows(link)):
             self.problems.append(f"section {self.names[index] or index} refers to row {info} of "
@@ -363,11 +404,11 @@ class _Reader:
         seen = 0
         for sec in self._of_type(SHT_DEV_TABLE):
             for idx, row in enumerate(self.rows(sec)):
-                name, dtype, smtype = struct.unpack_from("<3Q", row, 0)
-                (_dev_id, bus, dev, n_sm, warps, lanes, regs) = struct.unpack_from("<7I", row, 24)
-                yield CudaDevice(index=seen + idx, name=self._string(name), type=self._string(dtype),
-                                 sm_type=self._string(smtype), sm_count=n_sm, warps_per_sm=warps,
-                                 lanes_per_warp=lanes, regs_per_lane=regs, pci_bus=bus, pci_device=dev)
+                d = TABLES[SHT_DEV_TABLE].row.unpack(row)
+                yield CudaDevice(index=seen + idx, name=self._string(d["devName"]), type=self._string(d["devType"]),
+                                 sm_type=self._string(d["smType"]), sm_count=d["numSMs"],
+                                 warps_per_sm=d["numWarpsPerSM"], lanes_per_warp=d["numLanesPerWarp"],
+                                 regs_per_lane=d["numRegsPerLane"], pci_bus=d["pciBusId"], pci_device=d["pciDevId"])
             seen += len(self.rows(sec))
 
     def _meta(self) -> dict:
@@ -378,12 +419,15 @@ class _Reader:
             except CoreDumpError as exc:
                 self.problems.append(f"{exc}: driver version unknown")
                 return {}
-            if len(data) < 32:
-                self.problems.append(f".cudbg.meta holds {len(data)} bytes, fewer than 32: driver version unknown")
+            if len(data) < META.size:
+                self.problems.append(f".cudbg.meta holds {len(data)} bytes, fewer than {META.size}: "
+                                     "driver version unknown")
                 return {}
-            gen, dmaj, dmin, cmaj, cmin, flags, stamp = struct.unpack_from("<Q6I", data, 0)
-            return {"generator": self._string(gen), "driver": f"{dmaj}.{dmin}", "cuda": f"{cmaj}.{cmin}",
-                    "flags": flags, "timestamp": stamp}
+            m = META.unpack(data)
+            return {"generator": self._string(m["generatorName"]),
+                    "driver": f"{m['driverVersionMajor']}.{m['driverVersionMinor']}",
+                    "cuda": f"{m['cudaDriverVersionMajor']}.{m['cudaDriverVersionMinor']}",
+                    "flags": m["flags"], "timestamp": m["timestamp"]}
         self.problems.append("no .cudbg.meta section (driver older than r565): driver and CUDA version unknown")
         return {}
 
@@ -392,15 +436,14 @@ class _Reader:
             parent = self.parent(sec, SHT_DEV_TABLE)
             if parent is None:
                 continue
-            entsize = self.shdrs[sec]["sh_entsize"]
             for row in self.rows(sec):
-                gid, ctx, _fn, entry, module, _pgrid, _params = struct.unpack_from("<7Q", row, 0)
-                u32 = struct.unpack_from("<12I", row, 56)
-                cluster = tuple(struct.unpack_from("<3I", row, 104)) if entsize >= 116 else None
-                yield CudaGrid(device=parent[1], grid_id=gid, context_id=ctx, function_entry=entry,
-                               module_handle=module, grid_dim=tuple(u32[4:7]), block_dim=tuple(u32[7:10]),
+                g = TABLES[SHT_GRID_TABLE].row.unpack(row)
+                cluster = g["clusterDim"]
+                yield CudaGrid(device=parent[1], grid_id=g["gridId64"], context_id=g["contextId"],
+                               function_entry=g["functionEntry"], module_handle=g["moduleHandle"],
+                               grid_dim=g["gridDim"], block_dim=g["blockDim"],
                                cluster_dim=cluster if cluster and any(cluster) else None,
-                               host_tid=u32[11] or None, symbol=None, demangled=None, kernel=None)
+                               host_tid=g["attrHostTid"] or None, symbol=None, demangled=None, kernel=None)
 
     def _sm_faults(self) -> tuple[list[SmFault], dict[tuple[int, int], tuple[int, int]]]:
         """SM rows with an exception, and (smtbl section, row) -> (device, smId) for every SM."""
@@ -409,15 +452,12 @@ class _Reader:
             parent = self.parent(sec, SHT_DEV_TABLE)
             if parent is None:
                 continue
-            entsize = self.shdrs[sec]["sh_entsize"]
             for idx, row in enumerate(self.rows(sec)):
-                sm_id = struct.unpack_from("<I", row, 0)[0]
-                ids[(sec, idx)] = (parent[1], sm_id)
-                if entsize < 24:   # driver before r555: no exception fields in SM rows
-                    continue
-                code, pc_valid, pc = struct.unpack_from("<IIQ", row, 8)
-                if code:
-                    faults.append(SmFault(parent[1], sm_id, exception_info(code), pc if pc_valid else None))
+                s = TABLES[SHT_SM_TABLE].row.unpack(row)
+                ids[(sec, idx)] = (parent[1], s["smId"])
+                if s["exception"]:          # None: a driver before r555 (no exception fields in SM rows)
+                    faults.append(SmFault(parent[1], s["smId"], exception_info(s["exception"]),
+                                          s["errorPC"] if s["errorPCValid"] else None))
         return faults, ids
 
     def _warps_and_lanes(self, sm_ids: dict) -> tuple[list[LaneFault], int, list[WarpFault]]:
@@ -428,8 +468,8 @@ class _Reader:
                 continue
             device, sm = sm_ids[parent]
             for idx, row in enumerate(self.rows(sec)):
-                gid, bx, by, bz = struct.unpack_from("<Q3I", row, 0)
-                ctas[(sec, idx)] = (device, sm, gid, (bx, by, bz))
+                c = TABLES[SHT_CTA_TABLE].row.unpack(row)
+                ctas[(sec, idx)] = (device, sm, c["gridId64"], c["blockIdx"])
         warps_by_row: dict[tuple[int, int], tuple] = {}
         warps: list[WarpFault] = []
         for sec in self._of_type(SHT_WP_TABLE):
@@ -438,10 +478,11 @@ class _Reader:
                 continue
             device, sm, gid, block = ctas[parent]
             for idx, row in enumerate(self.rows(sec)):
-                error_pc, warp_id, valid, active, _broken, pc_valid = struct.unpack_from("<Q5I", row, 0)
-                warps_by_row[(sec, idx)] = (device, sm, warp_id, gid, block)
-                if pc_valid:
-                    warps.append(WarpFault(device, sm, warp_id, gid, block, error_pc, valid, active))
+                w = TABLES[SHT_WP_TABLE].row.unpack(row)
+                warps_by_row[(sec, idx)] = (device, sm, w["warpId"], gid, block)
+                if w["errorPCValid"]:
+                    warps.append(WarpFault(device, sm, w["warpId"], gid, block, w["errorPC"], w["validLanesMask"],
+                                           w["activeLanesMask"]))
         lanes: list[LaneFault] = []
         count = 0
         for sec in self._of_type(SHT_LN_TABLE):
@@ -450,13 +491,13 @@ class _Reader:
                 continue
             device, sm, warp_id, gid, block = warps_by_row[parent]
             for row in self.rows(sec):
-                vpc, ppc, ln, tx, ty, tz, code = struct.unpack_from("<2Q5I", row, 0)
-                if not code:
+                ln = TABLES[SHT_LN_TABLE].row.unpack(row)
+                if not ln["exception"]:
                     continue
                 count += 1
                 if len(lanes) < MAX_LANES_KEPT:
-                    lanes.append(LaneFault(device, sm, warp_id, ln, gid, block, (tx, ty, tz),
-                                           exception_info(code), vpc, ppc))
+                    lanes.append(LaneFault(device, sm, warp_id, ln["ln"], gid, block, ln["threadIdx"],
+                                           exception_info(ln["exception"]), ln["virtualPC"], ln["physPC"]))
         return lanes, count, warps
 
     # kernel names ----------------------------------------------------------------------
@@ -469,7 +510,7 @@ class _Reader:
             parent = self.parent(sec, SHT_MOD_TABLE)
             if parent is None:
                 continue
-            handle = struct.unpack_from("<Q", self.rows(parent[0])[parent[1]], 0)[0]
+            handle = TABLES[SHT_MOD_TABLE].row.unpack(self.rows(parent[0])[parent[1]])["moduleHandle"]
             if handle in wanted:
                 images.setdefault(handle, []).append(sec)
         functions: list[tuple[int, int, str]] = []
@@ -520,10 +561,12 @@ def _replace(grid: CudaGrid, **changes) -> CudaGrid:
 def _symbols_of(cubin: ElfImage, label: str, problems: list[str]) -> list[tuple[int, int, str]]:
     """(value, size, name) of every function symbol of a relocated cubin.
 
-    Symbols are unpacked with ``struct`` rather than pyelftools' per-symbol parser: a
-    cubin of a big library holds 10^5 symbols and this must stay well under a second.
+    Symbols are unpacked with the declared ``ELF_SYMBOL`` layouts rather than pyelftools'
+    per-symbol parser: a cubin of a big library holds 10^5 symbols and this must stay well
+    under a second.
     """
     shdrs = cubin.section_headers(problems)
+    layout = ELF_SYMBOL[cubin.elfclass].with_order(cubin.little)
     out: list[tuple[int, int, str]] = []
     for idx, h in enumerate(shdrs):
         if h["sh_type"] != "SHT_SYMTAB":
@@ -532,8 +575,8 @@ def _symbols_of(cubin: ElfImage, label: str, problems: list[str]) -> list[tuple[
         if not (0 <= link < len(shdrs)) or link == idx or shdrs[link]["sh_type"] != "SHT_STRTAB":
             problems.append(f"{label}: .symtab links to section {link}, not a string table; symbols skipped")
             continue
-        entsize = h["sh_entsize"] or (24 if cubin.elfclass == 64 else 16)
-        if entsize < (24 if cubin.elfclass == 64 else 16):
+        entsize = h["sh_entsize"] or layout.size
+        if entsize < layout.size:
             problems.append(f"{label}: symbol size {entsize} too small; symbols skipped")
             continue
         try:
@@ -542,18 +585,14 @@ def _symbols_of(cubin: ElfImage, label: str, problems: list[str]) -> list[tuple[
         except CoreDumpError as exc:
             problems.append(f"{label}: {exc}")
             continue
-        order = "<" if cubin.little else ">"
         count = min(len(table) // entsize, MAX_SYMBOLS)
         for i in range(count):
-            if cubin.elfclass == 64:
-                st_name, st_info, _other, _shndx, value, size = struct.unpack_from(order + "IBBHQQ", table, i * entsize)
-            else:
-                st_name, value, size, st_info = struct.unpack_from(order + "IIIB", table, i * entsize)
-            if st_info & 0xF != 2 or not value:   # STT_FUNC with an address
+            symbol = layout.unpack(table, i * entsize, entsize)
+            if symbol["st_info"] & 0xF != STT_FUNC or not symbol["st_value"]:   # a function with an address
                 continue
-            name = cubin.string_at(names, st_name)
+            name = cubin.string_at(names, symbol["st_name"])
             if name:
-                out.append((value, size, name))
+                out.append((symbol["st_value"], symbol["st_size"], name))
     return out
 
 
@@ -595,6 +634,38 @@ def _dim(d: Dim3 | None) -> str:
     return f"({d[0]},{d[1]},{d[2]})" if d else "(?)"
 
 
+@dataclass(frozen=True)
+class _Derived:
+    """What the event says that no one part of the dump holds as it is."""
+
+    pc: str | None
+    pc_function: str | None
+    generation_flags: list[str]
+    faulting_threads: list[str]
+    pid: int | None
+    core_type: str = "gpu"
+
+
+# The event's attributes, in order: (attribute, the part of the dump it is read from, that
+# part's field).  A part the dump lacks (no grid row, no exception recorded) gives None.
+# The parts: the faulting grid, its exception, the device it ran on, the first faulting
+# row (a lane, else a warp, else an SM), the first faulting lane, the dump itself, and
+# what is derived from several.
+EVENT_ATTRS = (
+    ("kernel", "grid", "kernel"), ("kernel_symbol", "grid", "symbol"), ("kernel_signature", "grid", "demangled"),
+    ("fault", "exception", "text"), ("exception_code", "exception", "code"),
+    ("exception_name", "exception", "cudbg"), ("signal", "exception", "signal"),
+    ("pc", "derived", "pc"), ("pc_function", "derived", "pc_function"),
+    ("grid", "grid", "grid_dim"), ("block", "grid", "block_dim"), ("grid_id", "grid", "grid_id"),
+    ("device", "device", "name"), ("device_index", "device", "index"), ("device_type", "device", "type"),
+    ("sm_arch", "device", "sm_type"), ("sm", "where", "sm"), ("warp", "where", "warp"), ("lane", "lane", "lane"),
+    ("driver", "dump", "driver_version"), ("cuda_version", "dump", "cuda_version"),
+    ("generation_flags", "derived", "generation_flags"), ("faulting_threads", "derived", "faulting_threads"),
+    ("faulting_thread_count", "dump", "lane_fault_count"), ("host_tid", "grid", "host_tid"),
+    ("pid", "derived", "pid"), ("core_type", "derived", "core_type"),
+)
+
+
 def dump_event(dump: CudaCoreDump, relpath: str, pid: int | None) -> Event:
     grid = dump.faulting_grid
     exc = dump.exception
@@ -603,38 +674,17 @@ def dump_event(dump: CudaCoreDump, relpath: str, pid: int | None) -> Event:
     first_warp = dump.warp_faults[0] if dump.warp_faults else None
     where = first_lane or first_warp or (dump.sm_faults[0] if dump.sm_faults else None)
     device = dump.device(where.device if where else (grid.device if grid else 0))
-    threads = [f"thread {_dim(l.thread)} block {_dim(l.block)}" for l in dump.lane_faults[:8]]
     func = dump.function_at(pc) if pc is not None else None
     kernel = grid.kernel if grid else None
-    attrs = {
-        "kernel": kernel,
-        "kernel_symbol": grid.symbol if grid else None,
-        "kernel_signature": grid.demangled if grid else None,
-        "fault": exc.text if exc else None,
-        "exception_code": exc.code if exc else None,
-        "exception_name": exc.cudbg if exc else None,
-        "signal": exc.signal if exc else None,
-        "pc": hex(pc) if pc is not None else None,
-        "pc_function": f"{names.from_symbol(func[0])}+{func[1]}" if func else None,
-        "grid": grid.grid_dim if grid else None,
-        "block": grid.block_dim if grid else None,
-        "grid_id": grid.grid_id if grid else None,
-        "device": device.name if device else None,
-        "device_index": device.index if device else None,
-        "device_type": device.type if device else None,
-        "sm_arch": device.sm_type if device else None,
-        "sm": where.sm if where else None,
-        "warp": getattr(where, "warp", None),
-        "lane": first_lane.lane if first_lane else None,
-        "driver": dump.driver_version,
-        "cuda_version": dump.cuda_version,
-        "generation_flags": list(dump.generation_flag_names),
-        "faulting_threads": threads,
-        "faulting_thread_count": dump.lane_fault_count,
-        "host_tid": grid.host_tid if grid else None,
-        "pid": pid,
-        "core_type": "gpu",
-    }
+    derived = _Derived(pc=hex(pc) if pc is not None else None,
+                       pc_function=f"{names.from_symbol(func[0])}+{func[1]}" if func else None,
+                       generation_flags=list(dump.generation_flag_names),
+                       faulting_threads=[f"thread {_dim(lane.thread)} block {_dim(lane.block)}"
+                                         for lane in dump.lane_faults[:8]], pid=pid)
+    parts = {"grid": grid, "exception": exc, "device": device, "where": where, "lane": first_lane, "dump": dump,
+             "derived": derived}
+    attrs = {name: getattr(parts[part], field, None) if parts[part] is not None else None
+             for name, part, field in EVENT_ATTRS}
     if exc is None:
         summary = "GPU core dump without a recorded exception"
     else:

@@ -20,15 +20,15 @@ failure is probing (info); a sticky one is an error.
 
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from lark import Token, Transformer
+from lark import Token, Transformer, v_args
 from lark.exceptions import LarkError
 
 from forensics import grammar, knowledge, names
+from forensics.parsers import terminals
 from forensics.events import Event, Frame, Kind, Severity, freeze
 
 MARKER = "========="
@@ -62,6 +62,22 @@ FINDING_KINDS = {"access", "uninit", "barrier", "warp_assert", "race", "hazard"}
 
 
 @dataclass(frozen=True)
+class Site:
+    """Where a report says an access ran, as the grammar reads it ('kernel(int*)+0x140 in
+    file.cu:26'): the function as printed (the whole text when no shape of a site fits),
+    its PC, its source, and racecheck's hazard count."""
+
+    text: str
+    function: str
+    pc: str | None = None
+    location: str | None = None
+    hazards: int | None = None
+
+
+NO_SITE = Site("", "")
+
+
+@dataclass(frozen=True)
 class ApiCall:
     """An API error report's headline, read: the error, its code and text, the call."""
 
@@ -79,6 +95,10 @@ class Report:
     kind: str                       # access | api_error | race | ... (grammar rule name)
     headline: str
     at: str | None = None           # "kernel+0x140 in file.cu:26"
+    at_site: Site | None = None     # the same, read into its parts
+    # racecheck's accesses: a race's (its headline's, then each "and ..." line's), a
+    # hazard's (each "Read Thread (..) at ..." line's)
+    accesses: list[Site] = field(default_factory=list)
     thread: tuple[int, int, int] | None = None
     block: tuple[int, int, int] | None = None
     address: str | None = None
@@ -125,13 +145,22 @@ class Finding:
             self.lines.append(lineno)
 
 
+@v_args(inline=True)
 class _ToReport(Transformer):
-    def start(self, items):
-        return items[0]
+    """A report's tree -> Report.  Rules that give a report part return (key, value)."""
+
+    def start(self, report):
+        return report
 
     def _report(self, kind, items):
-        report = Report(kind=kind, headline=str(items[0]).strip())
-        for item in items[1:]:
+        head, rest = items[0], list(items[1:])
+        headline = str(head)
+        if rest and isinstance(rest[0], Site):         # a race's headline ends with its first access
+            site = rest.pop(0)
+            headline += site.text
+            rest.insert(0, ("access", (site, None)))
+        report = Report(kind=kind, headline=headline.strip())
+        for item in rest:
             if isinstance(item, tuple):
                 key, value = item
                 if key == "frames":
@@ -146,6 +175,13 @@ class _ToReport(Transformer):
                     report.thread, report.block = value
                 elif key == "address":
                     report.address, report.address_note = value
+                elif key == "at":
+                    report.at, report.at_site = value.text, value
+                elif key == "access":
+                    site, line = value
+                    report.accesses.append(site)
+                    if line is not None:
+                        report.details.append(line)
                 else:
                     setattr(report, key, value)
             else:
@@ -159,47 +195,77 @@ class _ToReport(Transformer):
             return self._report(data, children)
         return super().__default__(data, children, meta)
 
-    def api_error(self, items):
-        t = {i.type: str(i) for i in items if isinstance(i, Token) and i.type != "PROGRAM_HIT"}
-        api = t.get("LOOKUP_API") or t.get("HIT_API")
-        headline = (f'Program hit {t["HIT_ERROR"]} (error {t["HIT_CODE"]}) due to "{t.get("HIT_MESSAGE", "")}" '
-                    f"on CUDA API call to {api}.")
-        report = self._report("api_error", [headline] + [i for i in items if not isinstance(i, Token)])
-        report.api_call = ApiCall(t["HIT_ERROR"], knowledge.claimed_int(t["HIT_CODE"]), t.get("HIT_MESSAGE", ""),
-                                  api, lookup="LOOKUP_API" in t)
+    def api_error(self, _hit, error, code, message, api, *rest):
+        headline = f'Program hit {error} (error {code}) due to "{message}" on CUDA API call to {api}.'
+        report = self._report("api_error", [headline, *rest])
+        report.api_call = ApiCall(str(error), knowledge.claimed_int(code), str(message), str(api),
+                                  lookup=api.type == "LOOKUP_API")
         return report
 
-    def at_line(self, items):
-        return ("at", str(items[0]).strip()[3:])
+    # -- where an access ran -------------------------------------------------------------
 
-    def by_line(self, items):
-        return ("by", _thread_block(str(items[0])))
+    def pc_site(self, function, pc, *rest):
+        location = next((str(t) for t in rest if isinstance(t, Token)), None)
+        hazards = next((h for h in rest if isinstance(h, tuple)), None)
+        text = f"{function}+{pc}" + (f" in {location}" if location else "") + (hazards[1] if hazards else "")
+        return Site(text, str(function), str(pc), location, hazards[0] if hazards else None)
 
-    def address_line(self, items):
-        return ("address", _address(str(items[0])))
+    def old_site(self, pc, *rest):
+        # CUDA-MEMCHECK: "0x9670 in path.cu:75:void ns::k<...>(...)"
+        t = {i.type: str(i) for i in rest if isinstance(i, Token)}
+        hazards = next((h for h in rest if isinstance(h, tuple)), None)
+        location = f"{t['SITE_OLD_FILE']}:{t['SITE_OLD_LINE']}" if "SITE_OLD_FILE" in t else None
+        function = t.get("SITE_OLD_FUNC", "")
+        text = f"{pc} in " + (f"{location}:" if location else "") + function + (hazards[1] if hazards else "")
+        return Site(text, function, str(pc), location, hazards[0] if hazards else None)
 
-    def nearest_line(self, items):
-        return ("nearest", str(items[0]).strip())
+    def text_site(self, text, hazards=None):
+        return Site(str(text) + (hazards[1] if hazards else ""), str(text), None, None,
+                    hazards[0] if hazards else None)
 
-    def backtrace(self, items):
-        # the frames only: the "Saved host backtrace ..." line is a Token
-        return ("frames", [f for f in items if isinstance(f, PrintedFrame)])
+    def site_hazards(self, count, word):
+        return (knowledge.claimed_int(count), f" [{count}{word}")
 
-    def device_frames(self, items):
-        return ("device_frames", list(items))
+    def at_line(self, site=NO_SITE):
+        return ("at", site)
 
-    def host_body(self, items):
-        return _tokens(items)
+    def race_and(self, head, site):
+        return ("access", (site, (str(head) + site.text).strip()))
 
-    def device_body(self, items):
-        return _tokens(items)
+    def hazard_access(self, head, site=NO_SITE):
+        return ("access", (site, (str(head) + site.text).strip()))
 
-    def frame_cont(self, items):
-        return ("cont", _tokens(items).get("F_MODULE", ""))
+    # -- the other detail lines ------------------------------------------------------------
 
-    def host_frame(self, items):
-        body = next((i for i in items if isinstance(i, dict)), {})
-        cont = next((i[1] for i in items if isinstance(i, tuple) and i[0] == "cont"), None)
+    def by_line(self, *index):
+        numbers = tuple(knowledge.claimed_int(i) for i in index)
+        return ("by", (numbers[:3], numbers[3:]))
+
+    def address_line(self, address, note=None):
+        return ("address", (str(address), str(note).strip() if note is not None else None))
+
+    def nearest_line(self, line):
+        return ("nearest", str(line).strip())
+
+    def backtrace(self, _saved, *frames):
+        return ("frames", list(frames))
+
+    def device_frames(self, *frames):
+        return ("device_frames", list(frames))
+
+    # -- frames ------------------------------------------------------------------------------
+
+    def host_body(self, *tokens):
+        return _tokens(tokens)
+
+    def device_body(self, *tokens):
+        return _tokens(tokens)
+
+    def frame_cont(self, _in, module=None):
+        return ("cont", str(module).strip() if module is not None else "")
+
+    def host_frame(self, _head, body, cont=None):
+        cont = cont[1] if cont else None
         func, addr = body.get("F_FUNC"), body.get("F_ADDR")
         module = body.get("F_MODULE") or cont or None
         file, line = body.get("F_FILE"), body.get("F_LINE")
@@ -211,8 +277,8 @@ class _ToReport(Transformer):
                                               f"in {module}" if module else None) if part)
         return PrintedFrame(text, _frame(func, file, line, module), func or "")
 
-    def device_frame(self, items):
-        body = next((i for i in items if isinstance(i, dict)), {})
+    def device_frame(self, _head, body=None):
+        body = body or {}
         func, file, line = body.get("F_DFUNC"), body.get("F_FILE"), body.get("F_LINE")
         pc = body.get("F_PC") or (f"+{body['F_OFFSET']}" if body.get("F_OFFSET") else "")
         text = "device:" + (func or "") + pc + (f" in {file}:{line}" if file else "")
@@ -240,27 +306,9 @@ def _frame(func: str | None, file: str | None, line: str | None, module: str | N
     return Frame(file or module or "<unknown>", knowledge.claimed_int(line) if file and line else None, function)
 
 
-@functools.lru_cache(maxsize=None)
 def _terminal(name: str) -> re.Pattern:
-    """A terminal's regex from the grammar itself, for the fast path."""
-    parser = grammar.load("compute_sanitizer")
-    term = next(t for t in parser.terminals if t.name == name)
-    return re.compile(term.pattern.to_regexp())
-
-
-def _thread_block(line: str):
-    m = _terminal("BY_LINE").match(line if line.endswith("\n") else line + "\n")
-    if not m:
-        return None, None
-    nums = tuple(knowledge.claimed_int(g) for g in m.groups()[:6])
-    return nums[:3], nums[3:]
-
-
-def _address(line: str):
-    m = _terminal("ADDRESS_LINE").match(line if line.endswith("\n") else line + "\n")
-    if not m:
-        return None, None
-    return m.group(2), (m.group(3) or "").strip() or None
+    """A terminal of the grammar (its headlines, its fast-path shapes), compiled."""
+    return terminals.terminal("compute_sanitizer", name)
 
 
 def parse_report(lines: list[str]) -> Report | None:
@@ -321,8 +369,8 @@ class SanitizerAssembler:
         finding = self.findings.get(key)
         if finding is None or self.current:
             return False
-        by = _BY.search(report)
-        address = _ADDR.search(report)
+        by = terminals.terminal_bytes("compute_sanitizer", "BY_FAST").search(report)
+        address = terminals.terminal_bytes("compute_sanitizer", "ADDRESS_FAST").search(report)
         finding.add(tuple(map(int, by.groups()[:3])) if by else None,
                     tuple(map(int, by.groups()[3:])) if by else None,
                     address.group(1).decode() if address else None, lineno)
@@ -349,10 +397,13 @@ class SanitizerAssembler:
         if cached is not None:
             thread = block = address = None
             for text in lines[1:4]:
-                if text.startswith("     by thread"):
-                    thread, block = _thread_block(text)
-                elif text.startswith(("     Access to", "     Access at", "     Address")):
-                    address = _address(text)[0]
+                by = _terminal("BY_FAST").match(text, 5) if text.startswith("     by thread") else None
+                if by:
+                    numbers = tuple(knowledge.claimed_int(n) for n in by.groups())
+                    thread, block = numbers[:3], numbers[3:]
+                found = _terminal("ADDRESS_FAST").match(text, 5) if text.startswith("     A") else None
+                if found:
+                    address = found.group(1)
             cached.add(thread, block, address, linenos[0])
             self.report_lines += len(lines)
             return
@@ -404,10 +455,6 @@ class SanitizerAssembler:
         return out
 
 
-# The same shapes as the grammar's BY_LINE / ADDRESS_LINE terminals, on bytes, for the
-# fast path over repeated reports.
-_BY = re.compile(rb"by thread \((\d+),(\d+),(\d+)\) in block \((\d+),(\d+),(\d+)\)")
-_ADDR = re.compile(rb"(?:Access to|Access at|Address) (0x[0-9a-fA-F]+)")
 _VARYING = re.compile(r"0x[0-9a-fA-F]+|\(\d+,\d+,\d+\)")
 
 
@@ -441,10 +488,10 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
     attrs: dict = {"report": r.kind, "tool": TOOL_OF.get(r.kind, "compute-sanitizer"), "count": finding.count,
                    "fault": r.headline, "processes_in_log": pids, "first_lines": finding.lines,
                    "partial": r.partial or None}
-    if r.at:
-        kernel_sig, pc, location = _split_at(r.at)
-        attrs.update(kernel_signature=kernel_sig, kernel=_plain_kernel(kernel_sig), pc_offset=pc,
-                     kernel_source=location)
+    if r.at_site is not None and r.at:
+        site = r.at_site
+        attrs.update(kernel_signature=site.function, kernel=_plain_kernel(site.function), pc_offset=site.pc,
+                     kernel_source=site.location)
         outermost = next((f for f in reversed(r.device_stack) if f.function), None)
         if r.kind == "access" and outermost is not None and outermost.function != attrs["kernel"]:
             # the fault's PC is in a device function; the device frames are its callers,
@@ -452,22 +499,20 @@ def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pi
             attrs.update(device_function=attrs["kernel"], kernel=outermost.function,
                          kernel_signature=r.device_symbols[r.device_stack.index(outermost)])
     if r.kind == "hazard" and r.details:
-        site = r.details[0].split(" at ", 1)[1] if " at " in r.details[0] else ""
-        kernel_sig, pc, location = _split_at(site)
-        attrs.update(kernel_signature=kernel_sig, kernel=_plain_kernel(kernel_sig), pc_offset=pc,
-                     kernel_source=location, accesses=r.details[:2])
+        site = r.accesses[0] if r.accesses else NO_SITE
+        attrs.update(kernel_signature=site.function, kernel=_plain_kernel(site.function), pc_offset=site.pc,
+                     kernel_source=site.location, accesses=r.details[:2])
     if r.kind == "warp_assert" and (r.at or "").startswith("__assertfail"):
         # the assert fired in a device function; the launched kernel is the host stub frame
         stub = _launched_kernel(r.frames)
         if stub:
             attrs.update(kernel_signature=stub, kernel=_plain_kernel(stub))
     if r.kind == "race":
-        first_site = r.headline.split(" access at ", 1)[1] if " access at " in r.headline else ""
-        kernel_sig, pc, location = _split_at(first_site)
-        attrs.update(kernel_signature=kernel_sig, kernel=_plain_kernel(kernel_sig), pc_offset=pc,
-                     kernel_source=location, accesses=[r.headline] + r.details)
-        hazards = re.findall(r"\[(\d+) hazards?\]", " ".join(r.details))
-        attrs["hazards"] = sum(knowledge.claimed_int(h) for h in hazards) if hazards else None
+        site = r.accesses[0] if r.accesses else NO_SITE
+        attrs.update(kernel_signature=site.function, kernel=_plain_kernel(site.function), pc_offset=site.pc,
+                     kernel_source=site.location, accesses=[r.headline] + r.details)
+        hazards = [a.hazards for a in r.accesses[1:] if a.hazards is not None]
+        attrs["hazards"] = sum(hazards) if hazards else None
     if r.address:
         attrs["address"] = r.address
         attrs["address_note"] = r.address_note
@@ -529,29 +574,6 @@ def _launched_kernel(frames: list[str]) -> str | None:
     else:
         frame = next((f for f in frames if not f.startswith(("main ", "device:"))), None)
     return frame.split(" in ")[0] if frame else None
-
-
-_AT = re.compile(r"^(?P<func>.*?)\+(?P<pc>0x[0-9a-fA-F]+)(?: in (?P<loc>\S+))?$|"
-                 r"^(?P<pc2>0x[0-9a-fA-F]+) in (?P<func2>.*)$")
-
-
-def _split_at(text: str) -> tuple[str, str | None, str | None]:
-    """'kernel(args)+0x140 in file.cu:26' -> (kernel(args), 0x140, file.cu:26)."""
-    text = re.sub(r" \[\d+ hazards?\]$", "", text.strip())
-    m = _AT.match(text)
-    if not m:
-        return text, None, None
-    if m.group("func") is not None:
-        return m.group("func"), m.group("pc"), m.group("loc")
-    func = m.group("func2")
-    loc = None
-    old = _OLD_LOCATION.match(func)                       # CUDA-MEMCHECK "path.cu:75:void ns::k<...>(...)"
-    if old:
-        loc, func = f"{old.group(1)}:{old.group(2)}", old.group(3)
-    return func, m.group("pc2"), loc
-
-
-_OLD_LOCATION = re.compile(r"^([^\s():<>]+\.(?:cu|cuh|cpp|cc|c|h|hpp)):(\d+):(.*)$")
 
 
 def _plain_kernel(signature: str) -> str:

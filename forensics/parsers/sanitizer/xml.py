@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from forensics import names
 from forensics.events import Frame
 from forensics.parsers.base import ParsedSource
-from forensics.parsers.sanitizer.text import _PLACEHOLDERS, ApiCall, Finding, Report, _finding_event, _terminal
+from forensics.parsers.sanitizer.text import _PLACEHOLDERS, ApiCall, Finding, Report, Site, _finding_event, _terminal
 from forensics.inputs.sources import Source
 from forensics.knowledge import claimed_int
 
@@ -55,12 +55,8 @@ def record_to_report(record) -> Report:
         report_kind = "other"
         headline = text or kind
     where = record.find("where")
-    at = None
-    if where is not None and _text(where, "func"):
-        at = f"{_text(where, 'func')}+{_text(where, 'pc', '0x0')}"
-        if _text(where, "path"):
-            at += f" in {os.path.basename(_text(where, 'path'))}:{_text(where, 'line', '0')}"
-    report = Report(kind=report_kind, headline=headline, at=at,
+    site = _site(where) if where is not None and _text(where, "func") else None
+    report = Report(kind=report_kind, headline=headline, at=site.text if site else None, at_site=site,
                     thread=_xyz(record, "who/threadIdx"), block=_xyz(record, "who/blockIdx"))
     if report_kind == "api_error":
         api = _text(what, "api", "")
@@ -95,12 +91,14 @@ def _frame(frame) -> Frame:
                  (names.plain(func) or None) if func and func not in _PLACEHOLDERS else None)
 
 
-def _site(node) -> str:
-    """A <where> as the text form prints an access site: 'func+0xPC in file.cu:LINE'."""
-    site = f"{_text(node, 'func', '?')}+{_text(node, 'pc', '0x0')}"
-    if _text(node, "path"):
-        site += f" in {os.path.basename(_text(node, 'path'))}:{_text(node, 'line', '0')}"
-    return site
+def _site(node, hazards: str | None = None) -> Site:
+    """A <where> as the text form reads an access site ('func+0xPC in file.cu:LINE'), from
+    its elements."""
+    function, pc = _text(node, "func", "?"), _text(node, "pc", "0x0")
+    location = f"{os.path.basename(_text(node, 'path'))}:{_text(node, 'line', '0')}" if _text(node, "path") else None
+    count = claimed_int(hazards) if hazards and hazards.isdigit() else None
+    text = f"{function}+{pc}" + (f" in {location}" if location else "") + (f" [{hazards} hazards]" if hazards else "")
+    return Site(text, function, pc, location, count)
 
 
 def _race(record, what, text: str) -> Report:
@@ -111,14 +109,13 @@ def _race(record, what, text: str) -> Report:
     destination = what.find("destination") if what is not None else None
     if source is None or source.find("where") is None:
         return Report(kind="race", headline=text or _text(record, "kind", ""))
-    headline = f"{level}: Race reported between {_text(source, 'direction', 'Write')} access at " \
-               f"{_site(source.find('where'))}"
-    report = Report(kind="race", headline=headline)
+    first = _site(source.find("where"))
+    headline = f"{level}: Race reported between {_text(source, 'direction', 'Write')} access at {first.text}"
+    report = Report(kind="race", headline=headline, accesses=[first])
     if destination is not None and destination.find("where") is not None:
-        count = _text(destination, "count") or _text(source, "count")
-        hazards = f" [{count} hazards]" if count else ""
-        report.details.append(f"and {_text(destination, 'direction', 'Read')} access at "
-                              f"{_site(destination.find('where'))}{hazards}")
+        other = _site(destination.find("where"), _text(destination, "count") or _text(source, "count"))
+        report.accesses.append(other)
+        report.details.append(f"and {_text(destination, 'direction', 'Read')} access at {other.text}")
     return report
 
 

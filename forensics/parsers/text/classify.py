@@ -13,24 +13,11 @@ import re
 
 from forensics import knowledge
 from forensics.events import RELAY, Kind, PyException, Severity
-from forensics.parsers.text import messages
+from forensics.parsers.text import messages, raised
 
 # Cheap test before the CUDA error forms run on a line.
 _CUDA_HINT = re.compile(r"CUDA|cuda|CUBLAS|CUDNN|NCCL|nccl|Cuda|illegal memory|device-side assert|"
                         r"misaligned address|launch failure|out of memory|Xid")
-# an exception type that is itself a launcher's or a runtime's relay
-_RELAY_TYPES = {"ChildFailedError": Kind.CHILD_FAILED, "EngineDeadError": Kind.ENGINE_DEAD,
-                "AsyncEngineDeadError": Kind.ENGINE_DEAD, "MQEngineDeadError": Kind.ENGINE_DEAD,
-                "EngineGenerateError": Kind.ENGINE_DEAD, "RayActorError": Kind.WORKER_DIED,
-                "RayTaskError": Kind.ENGINE_WORKER_FAILED, "ProcessRaisedException": Kind.CHILD_FAILED,
-                "ActorDiedError": Kind.WORKER_DIED, "ActorUnavailableError": Kind.WORKER_DIED,
-                "WorkerCrashedError": Kind.WORKER_DIED, "BrokenProcessPool": Kind.WORKER_DIED,
-                "DistNetworkError": Kind.PEER_FAILURE, "KeyboardInterrupt": Kind.SIGNAL_RECEIVED,
-                "SystemExit": Kind.SIGNAL_RECEIVED, "CancelledError": Kind.SIGNAL_RECEIVED}
-
-
-# c10's "Exception raised from <function> at <file>:<line> (most recent call first):"
-_RAISED_FROM = re.compile(r"Exception raised from (?P<function>\S+) at (?P<file>[^\s:]+):(?P<line>\d+)")
 
 
 # relay kinds that a process uses for its *own* error too: when the chain carries a
@@ -112,10 +99,9 @@ def traceback_event(chain: tuple[PyException, ...], nlines: int, make):
         if err is not None:
             carrier = exc
             break
-    raised = _RAISED_FROM.search(final.message) if "Exception raised from" in final.message else None
-    if raised:
-        attrs.update(raised_function=raised.group("function"), raised_file=raised.group("file"),
-                     raised_line=knowledge.claimed_int(raised.group("line")))
+    thrown = raised.find(final.message)        # c10's "Exception raised from F at file:line"
+    if thrown is not None:
+        attrs.update(thrown.attrs())
     if err is not None:
         attrs.update(error_attrs(err))
         attrs["error_exception"] = f"{carrier.type}: {carrier.message.splitlines()[0] if carrier.message else ''}"
@@ -123,12 +109,13 @@ def traceback_event(chain: tuple[PyException, ...], nlines: int, make):
     found = messages.classify(headline) if final.type else None
     kind: Kind
     own_cause = err is not None and carrier is not final and carrier.chained_by != "remote"
-    if short_type in _RELAY_TYPES and own_cause:
+    relays = knowledge.relay_exceptions()
+    if short_type in relays and own_cause:
         # "Task finished unexpectedly" raised from this process's own CUDA error (the
         # chain is in-process): the relay type only wraps the process's own failure
         kind = _error_kind(err)
-    elif short_type in _RELAY_TYPES:
-        kind = _RELAY_TYPES[short_type]
+    elif short_type in relays:
+        kind = Kind(relays[short_type])
     elif found is not None and Kind(found.entry.kind) in RELAY and not (Kind(found.entry.kind) in _OWN_WRAPPERS and err):
         kind = Kind(found.entry.kind)
         attrs.update({k: v for k, v in found.fields.items() if k not in attrs})

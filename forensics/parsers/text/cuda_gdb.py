@@ -9,17 +9,17 @@ column positions; the kernels and devices tables add the invocation and the GPU.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
-from lark import Token, Tree
+from lark import Token, Transformer, v_args
 from lark.exceptions import LarkError
 
 from forensics import grammar, names
 from forensics.events import Event, Kind, Severity, freeze
 from forensics.knowledge import claimed_int
+from forensics.parsers import terminals
 
-_LWP = re.compile(r"Thread (?P<n>\d+) .*?\(LWP (?P<lwp>\d+)\)|\[Switching to thread (?P<sn>\d+) \(Thread \S+ \(LWP (?P<slwp>\d+)\)\)\]")
+Dim3 = tuple[int, int, int]
 
 
 @dataclass
@@ -33,18 +33,110 @@ class Stop:
     thread_name: str | None = None
     focus: dict = field(default_factory=dict)
     kernel: str | None = None
-    launch: str | None = None
+    launch: tuple[Dim3, Dim3] | None = None      # the grid's and the block's dimensions
     args: str | None = None
     frame_location: str | None = None
     lanes_with_exception: int = 0
 
 
-# Lines only cuda-gdb prints: they start a transcript wherever it appears in a stream.  A
-# device frame with its launch is one, numbered in a backtrace or not (the stop location
-# older cuda-gdb prints, "0x... in kernel<<<(..),(..)>>> (args) at file:line").
-STRONG = re.compile(r'CUDA Exception: |The exception was triggered at PC |Thread \d+ "[^"]*" received signal CUDA_EXCEPTION_'
-                    r"|\[(?:Switching focus to|Current focus set to) CUDA |Opening GPU coredump: |\(cuda-gdb\) "
-                    r"|(?:#\d+ +|0x[0-9a-fA-F]+ in )\S.*<<<\(\d+,\d+,\d+\),\(\d+,\d+,\d+\)>>>")
+@dataclass(frozen=True)
+class Call:
+    """A frame's call, read: "kernel<<<(2,1,1),(128,1,1)>>> (args) at file.cu:13"."""
+
+    function: str
+    launch: tuple[Dim3, Dim3] | None
+    args: str | None
+    location: str | None
+
+
+# the table start rules: a row is read by its table's rule (the others are kept whole)
+_ROW_RULES = {"kernels": "kernels_row", "devices": "devices_row", "lanes": "lanes_row"}
+_STARTS = ("start", *_ROW_RULES.values())
+
+
+def _terminal(name: str):
+    return terminals.terminal("cuda_gdb", name)
+
+
+@v_args(inline=True)
+class _ToLine(Transformer):
+    """One line's tree -> (kind, what it says)."""
+
+    def exception(self, _prefix, fault):
+        return ("exception", str(fault))
+
+    def triggered(self, _prefix, pc, *rest):
+        t = {i.type: str(i) for i in rest if isinstance(i, Token)}
+        return ("triggered", (str(pc), t.get("FUNC"), t.get("LOCATION")))
+
+    def received(self, _prefix, _thread, name, signal, fault):
+        return ("received", (str(name), str(signal), str(fault)))
+
+    def focus(self, _prefix, *parts):
+        return ("focus", dict(p for p in parts if p is not None))
+
+    def focus_part(self, key, value):
+        return (str(key), str(value))
+
+    def focus_other(self, _text):
+        return None
+
+    def frame(self, *items):
+        return ("frame", next(i for i in items if isinstance(i, Call)))
+
+    def call(self, function, *rest):
+        launch = next((i for i in rest if isinstance(i, tuple)), None)
+        t = {i.type: str(i) for i in rest if isinstance(i, Token)}
+        return Call(str(function).strip(), launch, t.get("ARGS"), t.get("LOCATION"))
+
+    def launch(self, *dims):
+        numbers = tuple(claimed_int(d) for d in dims)
+        return (numbers[:3], numbers[3:])
+
+    def opening(self, _prefix, path):
+        return ("opening", str(path))
+
+    def thread_lwp(self, thread, *rest):
+        lwp = next(t for t in rest if t.type == "LWP")
+        return ("lwp_line", (claimed_int(thread), claimed_int(lwp)))
+
+    def lwp_line(self, _text):
+        return ("lwp_line", None)
+
+    def terminated(self, _prefix, _signal, _rest):
+        return ("terminated", None)
+
+    def table_header(self, header):
+        return ("table_header", header.type.removesuffix("_HEADER").lower())
+
+    def chatter(self, _text):
+        return ("chatter", None)
+
+    def other(self, _text):
+        return ("other", None)
+
+    # -- table rows ------------------------------------------------------------------------
+
+    def kernels_row(self, kernel, parent, dev, grid, status, sms, grid_dim, block_dim, invocation):
+        return {"Kernel": str(kernel), "Parent": str(parent), "Dev": str(dev), "Grid": str(grid),
+                "Status": str(status), "SMs": str(sms), "GridDim": str(grid_dim), "BlockDim": str(block_dim),
+                "Invocation": str(invocation)}
+
+    def devices_row(self, dev, pci, name, description, sm_type, sms, _rest=None):
+        return {"Dev": str(dev), "PCI": str(pci), "Name": str(name), "Description": str(description),
+                "SMType": str(sm_type), "SMs": str(sms)}
+
+    def lanes_row(self, ln, state, pc, thread, exception=None):
+        return {"Ln": str(ln), "State": str(state), "PC": str(pc), "ThreadIdx": str(thread),
+                "Exception": str(exception) if exception is not None else ""}
+
+
+def read_line(text: str) -> tuple[str, object]:
+    """(kind, what it says) of one transcript line; ("other", None) when no rule reads it."""
+    try:
+        return _ToLine().transform(grammar.load("cuda_gdb", _STARTS).parse(text, start="start"))
+    except LarkError:
+        return ("other", None)
 
 
 class CudaGdbCollector:
@@ -62,29 +154,27 @@ class CudaGdbCollector:
         # for the stop that follows
         self.pending_focus: dict | None = None
         self.stops: list[Stop] = []
-        self.table: tuple | None = None
+        self.table: str | None = None          # the table whose rows follow (kernels, lanes ...)
         self.tables: dict[str, list[dict]] = {}
         self.pid: int | None = None
         self.coredump: str | None = None
         self.event_lines = 0
         self.noise_lines = 0
         self.unparsed: list[tuple[int, str]] = []
-        self._parser = grammar.load("cuda_gdb")
 
     def claims(self, text: str, stream: tuple | None = None, headed: bool = False) -> bool:
         """``stream`` is the writer the line came from, ``headed`` whether it carries a
         logger's record header.  gdb prints no record headers, so only raw lines of the
         transcript's own writer are its chatter: a program's log records after a
         transcript ("[PG ID 0 ...] ... CUDA error") are read as what they are."""
-        if STRONG.match(text):
+        if _terminal("GDB_START").match(text):
             self.active = True
             self.stream = stream
             return True
         if not self.active or headed or stream != self.stream:
             return False
-        return bool(text.startswith(("#", "[", "Thread ", "Program ", "Core was", "warning: ", "(cuda-gdb)"))
-                    or _is_gdb_chatter(text) or self.table is not None and _is_row(text, self.table)
-                    or _TABLE_START.match(text))
+        return bool(_terminal("GDB_LINE").match(text) or _terminal("CHATTER").match(text)
+                    or self.table is not None and _is_row(text) or _terminal("TABLE_START").match(text))
 
     def feed(self, lineno: int, raw: str) -> None:
         text = raw.rstrip()
@@ -94,54 +184,41 @@ class CudaGdbCollector:
             self.noise_lines += 1
             self.table = None
             return
-        try:
-            tree = self._parser.parse(text)
-        except LarkError:
-            tree = Tree("other", [Token("REST", text)])
-        kind = str(tree.data)
-        if self.table is not None and kind in ("other", "lwp_line") and _is_row(text, self.table):
-            self.tables.setdefault(self.table[0], []).append(_cut(text, self.table[1]))
+        kind, said = read_line(text)
+        if self.table is not None and kind in ("other", "lwp_line", "chatter") and _is_row(text):
+            self.tables.setdefault(self.table, []).append(_cut(text, self.table))
             self.event_lines += 1
             return
         self.table = None
         used = True
         stops = self.stops
         if kind == "exception":
-            stops.append(Stop(line=lineno, fault=str(tree.children[1])))
+            stops.append(Stop(line=lineno, fault=said))
             self._take_focus()
         elif kind == "triggered":
             stop = self._current(lineno)
-            tokens = {t.type: str(t) for t in tree.children if isinstance(t, Token)}
-            stop.pc = tokens.get("HEX")
-            stop.function = tokens.get("FUNC")
-            stop.location = tokens.get("LOCATION")
+            stop.pc, stop.function, stop.location = said
         elif kind == "received":
             stop = self._current(lineno)
-            tokens = [str(t) for t in tree.children if isinstance(t, Token)]
-            stop.thread_name, stop.signal = tokens[2], tokens[3]
-            stop.fault = stop.fault or tokens[4].rstrip(".")
+            stop.thread_name, stop.signal, fault = said
+            stop.fault = stop.fault or fault
         elif kind == "focus":
             if stops:
-                stops[-1].focus = _focus(str(tree.children[1]))
+                stops[-1].focus = said
             else:
-                self.pending_focus = _focus(str(tree.children[1]))
+                self.pending_focus = said
         elif kind == "frame":
-            call = next(c for c in tree.children if isinstance(c, Tree))
-            tokens = {t.type: str(t) for t in call.children if isinstance(t, Token)}
-            if stops and "LAUNCH" in tokens and stops[-1].kernel is None:
+            if stops and said.launch is not None and stops[-1].kernel is None:
                 stop = stops[-1]
-                stop.kernel = tokens["KERNEL_OR_FUNC"].strip()
-                stop.launch = tokens["LAUNCH"]
-                stop.args = tokens.get("ARGS")
-                stop.frame_location = tokens.get("LOCATION")
+                stop.kernel, stop.launch, stop.args, stop.frame_location = (said.function, said.launch, said.args,
+                                                                            said.location)
         elif kind == "table_header":
-            self.table = (_table_name(text), text)
+            self.table = said
         elif kind == "opening":
-            self.coredump = str(tree.children[1])
+            self.coredump = said
         elif kind == "lwp_line":
-            m = _LWP.search(text)
-            if m and (m.group("n") == "1" or m.group("sn") == "1"):
-                self.pid = claimed_int(m.group("lwp") or m.group("slwp"))
+            if said is not None and said[0] == 1:       # thread 1's LWP is the process
+                self.pid = said[1]
             used = False
         elif kind == "terminated":
             used = True
@@ -149,7 +226,7 @@ class CudaGdbCollector:
             used = False
         if used:
             self.event_lines += 1
-        elif _is_gdb_chatter(text) or text.startswith(("#", "[", "Thread ", "warning: ")):
+        elif kind == "chatter" or _terminal("GDB_NOISE").match(text):
             self.noise_lines += 1
         else:
             self.unparsed.append((lineno, text))
@@ -175,55 +252,22 @@ class CudaGdbCollector:
         return events, problems
 
 
-_TABLE_START = re.compile(r"\s+(Kernel Parent Dev Grid Status|Dev PCI Bus/Dev ID|Wp Active Lanes Mask|Ln +State"
-                          r"|SM +Active Warps Mask|BlockIdx ThreadIdx To BlockIdx|BlockIdx To BlockIdx)\b")
+def _is_row(text: str) -> bool:
+    return _terminal("TABLE_ROW").match(text) is not None
 
 
-def _focus(body: str) -> dict:
-    focus = {}
-    for part in re.finditer(r"(kernel|grid|cluster|block|thread|device|sm|warp|lane) (\([^)]*\)|\S+?)(?:,|$)", body):
-        focus[part.group(1)] = part.group(2)
-    return focus
-
-
-def _table_name(header: str) -> str:
-    words = header.split()
-    return {"Kernel": "kernels", "Dev": "devices", "Wp": "warps", "Ln": "lanes", "SM": "sms"}.get(
-        words[0], "blocks" if words[0] == "BlockIdx" and "ThreadIdx" not in words[:2] else "threads")
-
-
-def _is_row(text: str, table) -> bool:
-    return text.startswith(("*", " ")) or text.startswith(("Device ", "Kernel "))
-
-
-_ROWS = {
-    # info cuda kernels: id parent dev grid status SMs-mask (grid) (block) invocation
-    "kernels": re.compile(r"^\*?\s*(?P<Kernel>\d+)\s+(?P<Parent>\S+)\s+(?P<Dev>\d+)\s+(?P<Grid>\d+)\s+"
-                          r"(?P<Status>\S+)\s+(?P<SMs>0x[0-9a-fA-F]+)\s+(?P<GridDim>\(\S+\))\s+"
-                          r"(?P<BlockDim>\(\S+\))\s+(?P<Invocation>.*?)\s*$"),
-    # info cuda devices: dev pci name... description sm_type SMs warps lanes regs mask
-    "devices": re.compile(r"^\*?\s*(?P<Dev>\d+)\s+(?P<PCI>\S+)\s+(?P<Name>.+?)\s+(?P<Description>\S+)\s+"
-                          r"(?P<SMType>sm_\w+)\s+(?P<SMs>\d+)\s+"),
-    # info cuda lanes: ln state pc (thread) exception
-    "lanes": re.compile(r"^\*?\s*(?P<Ln>\d+)\s+(?P<State>\S+)\s+(?P<PC>0x[0-9a-fA-F]+)\s+"
-                        r"(?P<ThreadIdx>\(\S+\))\s*(?P<Exception>.*?)\s*$"),
-}
-
-
-def _cut(text: str, header: str) -> dict:
-    """One table row as a dict; columns adapt to content, so each table's row shape is
-    matched as a whole (only the tables the analysis uses)."""
-    if text.startswith(("Device ", "Kernel ")):
+def _cut(text: str, table: str) -> dict:
+    """One table row as a dict, read by its table's rule (only the tables the analysis
+    uses; another table's row, or a row no rule reads, is kept whole)."""
+    if _terminal("ROW_GROUP").match(text):
         return {"group": text}
-    pattern = _ROWS.get(_table_name(header))
-    match = pattern.match(text) if pattern else None
-    return match.groupdict() if match else {"row": text.strip()}
-
-
-def _is_gdb_chatter(text: str) -> bool:
-    return bool(re.match(r"^(\$\d+ = |[*=]?> ?0x|   0x[0-9a-f]+ <|\d+\t|No (symbol|frame|locals)|Line \d+ of |"
-                         r"Specified first line|file: \"|The program |Using host libthread_db|"
-                         r"\[Inferior |warning: |Program terminated|\S+ \+ \d+ in section )", text))
+    rule = _ROW_RULES.get(table)
+    if rule is None:
+        return {"row": text.strip()}
+    try:
+        return _ToLine().transform(grammar.load("cuda_gdb", _STARTS).parse(text, start=rule))
+    except LarkError:
+        return {"row": text.strip()}
 
 
 def _event(stop: Stop, relpath: str, seq: int, pid: int | None, tables: dict, coredump: str | None) -> Event:
@@ -232,8 +276,7 @@ def _event(stop: Stop, relpath: str, seq: int, pid: int | None, tables: dict, co
              "kernel_source": stop.location or stop.frame_location, "signal": stop.signal,
              "focus": stop.focus, "thread_name": stop.thread_name, "coredump": coredump}
     if stop.launch:
-        dims = re.findall(r"\((\d+),(\d+),(\d+)\)", stop.launch)
-        attrs["grid"], attrs["block"] = [tuple(claimed_int(x) for x in d) for d in dims[:2]]
+        attrs["grid"], attrs["block"] = stop.launch
     if stop.args:
         attrs["args"] = stop.args
     for row in tables.get("kernels", []):

@@ -64,7 +64,7 @@ class _ToLine(Transformer):
 
     def gpu(self, *items):
         indent = next((str(i) for i in items if i.type == "INDENT"), "")
-        return ("gpu", len(indent.expandtabs(4)), str(items[-1]).split(" ", 1)[1], "")
+        return ("gpu", len(indent.expandtabs(4)), str(items[-1]), "")
 
     def package(self, *items):
         named = {i.type: str(i) for i in items}

@@ -23,9 +23,9 @@ the *last* child spawned (the loop variable ``cmd``), whichever child failed, so
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import replace
 from datetime import datetime
+from typing import NamedTuple
 
 from lark import Token, Transformer, v_args
 from lark.exceptions import LarkError
@@ -33,24 +33,16 @@ from lark.exceptions import LarkError
 from forensics import grammar, knowledge
 from forensics.events import Kind, Severity
 from forensics.knowledge import claimed_int
+from forensics.parsers import terminals
 from forensics.parsers.text.block import BlockResult, unparsable
 
 # --- the torchrun summary ----------------------------------------------------------------
 
-START = re.compile(r"(?:={20,}|\*{20,})\s*$")          # the border (new form "=", torch 1.9 "*")
-_DASHES = re.compile(r"-{20,}\s*$")
-_TITLE = re.compile(r"\s*\S.* FAILED\s*$")
-_MARKER = re.compile(r"(?:Root Cause(?: \(first observed failure\))?|(?:Other )?Failures):\s*$"
-                     r"|[ \t]*<NO_OTHER_FAILURES>\s*$")
-_INDEX = re.compile(r"\[\d+\]:\s*$")
-_FIELD = re.compile(r"[ \t]+(time|host|rank|exitcode|error_file|traceback|msg)[ \t]*:")
-# the lines that open a summary whose header is not in the input: its markers, an entry,
-# or a field only torch's summary prints (the generic "host"/"time" in its padded form)
-_OPENS = re.compile(r"Root Cause(?: \(first observed failure\))?:\s*$|(?:Other )?Failures:\s*$|\[\d+\]:\s*$"
-                    r"|[ \t]+(?:exitcode[ \t]*: -?\d+ \(pid: \d+\)|rank[ \t]*: \d+ \(local_rank: \d+\)"
-                    r"|error_file[ \t]*: \S|time[ \t]*: \d{4}-\d\d-\d\d_\d\d:\d\d:\d\d"
-                    r"|host[ \t]{2,}: \S|traceback[ \t]+: \S)")
-_SIGNAL_IN_TRACEBACK = re.compile(r"Signal (\d+) \((SIG[A-Z0-9]+)\) received by PID (\d+)")
+
+
+def _summary_terminal(name: str):
+    """A terminal of grammars/torchrun_summary.lark: the summary's line shapes."""
+    return terminals.terminal("torchrun_summary", name)
 
 
 def _when(text: str):
@@ -63,13 +55,12 @@ def _when(text: str):
 @v_args(inline=True)
 class _ToSummary(Transformer):
     def start(self, *items):
-        program, root, failures, rules = None, None, [], []
+        program, root, failures = None, None, []
         after_root = False
         for item in items:
             tag = item[0]
             if tag == "rule":
-                rules.append(item[1])
-                program = program or item[2]
+                program = program or item[1]
             elif tag == "root":
                 after_root = True
             elif tag == "failures":
@@ -80,7 +71,7 @@ class _ToSummary(Transformer):
                 else:
                     failures.append(item[1])
                 after_root = False
-        return {"program": program, "failures": failures, "root_cause": root, "rules": rules}
+        return {"program": program, "failures": failures, "root_cause": root}
 
     def loose(self, *fields):
         return ("entry", _entry(None, fields))
@@ -88,8 +79,8 @@ class _ToSummary(Transformer):
     def failure(self, index, *fields):
         return ("entry", _entry(claimed_int(index), fields))
 
-    def rule(self, ruler, title=None):
-        return ("rule", str(ruler).strip()[:1], str(title).strip().removesuffix("FAILED").strip() if title else None)
+    def rule(self, _ruler, title=None):
+        return ("rule", str(title).strip().removesuffix("FAILED").strip() if title else None)
 
     def section(self):
         return ("section",)
@@ -120,6 +111,11 @@ class _ToSummary(Transformer):
         text = str(value or "").strip()
         return {"error_file": None if text in ("<N/A>", "") else text}
 
+    def signal_traceback(self, signal, name, pid, *cont):
+        # the child was killed: torchrun's message names the signal and the pid
+        text = "\n".join([f"Signal {signal} ({name}) received by PID {pid}", *cont]).strip()
+        return {"traceback": text, "signal": claimed_int(signal), "signal_name": str(name)}
+
     def traceback(self, *items):
         lines = [str(i).strip() if isinstance(i, Token) and i.type == "VALUE" else i for i in items]
         text = "\n".join(lines).strip()
@@ -136,9 +132,8 @@ def _entry(index, fields) -> dict:
     for field in fields:
         out.update(field)
     code = out.get("exit_code")
-    found = _SIGNAL_IN_TRACEBACK.search(out.get("traceback") or "")
-    if found:
-        out["signal"], out["signal_name"] = claimed_int(found.group(1)), found.group(2)
+    if "signal" in out:
+        pass                            # the traceback names the signal
     elif isinstance(code, int) and code < 0:
         out["signal"], out["signal_name"] = -code, knowledge.signal_name(-code)
     return out
@@ -177,7 +172,7 @@ class SummaryBlock:
             return self._take(text, lineno, "border" if self.headed else _shape(text))
         if self.headed and self.last == "border" and len([t for t in self.lines if t.strip()]) == 1:
             # the opening border: "<program> FAILED" follows, or this is no summary
-            return self._take(text, lineno, "title") if _TITLE.match(text) else False
+            return self._take(text, lineno, "title") if _summary_terminal("TITLE_LINE").match(text) else False
         shape = _shape(text)
         if shape == "border":
             char = text.strip()[0]
@@ -231,18 +226,15 @@ def _give_back(pairs: list[tuple[int, str]], blank: list[int]) -> BlockResult:
     return BlockResult([], blank, [p for p in pairs if p not in noise], [], noise=len(noise))
 
 
+# a line's shape, by the first of these terminals it matches
+_SHAPES = (("border", "BORDER_LINE"), ("dashes", "DASHES_LINE"), ("marker", "MARKER_LINE"), ("index", "INDEX_LINE"),
+           ("traceback", "TRACEBACK_FIELD"), ("field", "FIELD_LINE"))
+
+
 def _shape(text: str) -> str:
-    if START.match(text):
-        return "border"
-    if _DASHES.match(text):
-        return "dashes"
-    if _MARKER.match(text):
-        return "marker"
-    if _INDEX.match(text):
-        return "index"
-    found = _FIELD.match(text)
-    if found:
-        return "traceback" if found.group(1) in ("traceback", "msg") else "field"
+    for shape, name in _SHAPES:
+        if _summary_terminal(name).match(text):
+            return shape
     return "other"
 
 
@@ -287,11 +279,14 @@ def _parse(text: str, rule: str) -> dict | None:
     return _ToRecord().transform(tree)
 
 
-def _signal_number(text: str) -> int | None:
-    name = text.removeprefix("Signals.")
-    if name.isdigit():
-        return claimed_int(name)
-    return next((n for n, s in knowledge.signals().items() if s == name), None)
+class _Signal(NamedTuple):
+    number: int | None
+    printed: str                    # as the line prints it ("Signals.SIGTERM", "15")
+    name: str                       # without Python's "Signals." ("SIGTERM", "15")
+
+
+def _box_ruler(text: str) -> bool:
+    return terminals.terminal("launcher_records", "BOX_RULER").match(text) is not None
 
 
 def _pid(token) -> int | None:
@@ -301,17 +296,21 @@ def _pid(token) -> int | None:
 
 @v_args(inline=True)
 class _ToRecord(Transformer):
+    def named_signal(self, *tokens):
+        name = str(tokens[-1])
+        return _Signal(knowledge.signal_number(name), "".join(map(str, tokens)), name)
+
+    def numbered_signal(self, number):
+        return _Signal(claimed_int(number), str(number), str(number))
+
     def elastic_closing(self, pid, signal, _end=None):
-        number = _signal_number(str(signal))
         return {"kind": Kind.SHUTDOWN, "severity": Severity.WARNING, "subject_pid": claimed_int(pid),
-                "signal": knowledge.signal_name(number) if number else str(signal)}
+                "signal": knowledge.signal_name(signal.number) if signal.number else signal.printed}
 
     def elastic_forced_kill(self, pid, sent, forced, _end=None):
-        signal = str(forced).removeprefix("Signals.")
-        number = _signal_number(signal)
         return {"kind": Kind.SHUTDOWN, "severity": Severity.WARNING, "subject_pid": claimed_int(pid),
-                "signal": knowledge.signal_name(number) if number else signal,
-                "after_signal": knowledge.signal_name(_signal_number(str(sent)))}
+                "signal": knowledge.signal_name(forced.number) if forced.number else forced.name,
+                "after_signal": knowledge.signal_name(sent.number)}
 
     def elastic_no_error_file(self, pid, rank, code, _end=None):
         return {"kind": Kind.CHILD_FAILED, "severity": Severity.ERROR, "subject_pid": claimed_int(pid),
@@ -342,9 +341,8 @@ class _ToRecord(Transformer):
     def mpi_non_zero(self, tool, _rest=None):
         return {"kind": Kind.CHILD_FAILED, "severity": Severity.ERROR, "launcher": str(tool)}
 
-    def mpi_process_name(self, name):
-        rank = str(name).rstrip("]").rpartition(",")[2]
-        return {"subject_rank": claimed_int(rank), "process_name": str(name)} if rank.isdigit() else {}
+    def mpi_process_name(self, job, rank):
+        return {"subject_rank": claimed_int(rank), "process_name": f"{job},{rank}]"}
 
     def mpi_exit_code(self, code, _ws=None):
         return _exit(claimed_int(code))
@@ -373,12 +371,12 @@ class RecordBlock:
     def accepts(self, text: str, lineno: int, header) -> bool:
         if self.closed or (self.lines and (self.rule not in _BOXED or header is not None)):
             return False
-        if self.lines and len(self.lines) > _BOXED[self.rule] and not _DASHES.match(text):
+        if self.lines and len(self.lines) > _BOXED[self.rule] and not _box_ruler(text):
             return False            # past the message's own lines: only its closing ruler
         self.lines.append(text)
         self.linenos.append(lineno)
         if len(self.lines) > 1:
-            if _DASHES.match(text):
+            if _box_ruler(text):
                 self.closed = True
             else:
                 for literal, rule in _IN_BOX:
@@ -410,8 +408,8 @@ def _record(text: str) -> RecordBlock | None:
 
 def start(text: str, header: tuple | None = None):
     first = text[:1]
-    if first in "=*" and START.match(text):
+    if first in "=*" and _summary_terminal("BORDER_LINE").match(text):
         return SummaryBlock(headed=True)
-    if first in " \t[RFO" and header is None and _OPENS.match(text):
+    if first in " \t[RFO" and header is None and _summary_terminal("SUMMARY_OPENS").match(text):
         return SummaryBlock(headed=False)       # the summary is raw text, never a logger's record
     return _record(text)

@@ -24,7 +24,7 @@ from lark.exceptions import LarkError
 
 from forensics import grammar
 from forensics.knowledge import claimed_int
-from forensics.parsers.formats import formats_of_kind
+from forensics.parsers.formats import formats_of_kind, levels_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +80,6 @@ def _clock(text: str) -> tuple[int, int, int, int]:
     return int(h), int(m), int(s), _fraction(frac) if frac else 0
 
 
-_LEVELS = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL", "D": "DEBUG", "V": "DEBUG",
-           "WARN": "WARNING", "FATAL": "CRITICAL", "TRACE": "DEBUG", "VERBOSE": "DEBUG", "INTERNAL_ERROR": "CRITICAL"}
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), 1)}
 
 
@@ -91,10 +89,11 @@ def record_of(fmt: str, tree: Tree) -> Record:
     date: dict = {}
     ranks: list[tuple[str, int]] = []
     kind = None
+    levels = levels_of(fmt)
     for token in tree.scan_values(lambda v: isinstance(v, Token)):
         name, text = token.type, str(token)
         if name == "LEVEL":
-            fields["level"] = _LEVELS.get(text, text)
+            fields["level"] = levels.get(text, text)
         elif name in ("YEAR", "DAY"):
             date[name.lower()] = int(text)
         elif name == "MONTH":

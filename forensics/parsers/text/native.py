@@ -22,44 +22,27 @@ the line prints one, else the module, else ``<unknown>``; ``line`` None when unk
 
 from __future__ import annotations
 
-import re
-
 from lark import Token, Transformer, v_args
 from lark.exceptions import LarkError
 
 from forensics import grammar, knowledge, names
 from forensics.events import Frame, Kind, Severity
-from forensics.parsers.text import classify
+from forensics.parsers import terminals
+from forensics.parsers.text import classify, raised
 from forensics.parsers.text.block import BlockResult, unparsable
 
-# (?<!\S): searched over a whole message - a function is a whole word, tried once, not
-# rescanned from each character of a long run
-_RAISED_FROM = re.compile(r"(?<!\S)(?P<function>\S+) at (?P<file>[^\s:]+):(?P<line>\d+)")
-START = re.compile(r"terminate called |!{3,} ?Segfault encountered|\*\*\* SIG[A-Z]+ received at time="
-                   r"|(?:\[[^\s\[\]:]+:\d+:\d+:\d+\] )?Caught signal \d+ \("
-                   r"|\*\*\* Process received signal \*\*\*|Signal: [^\n()]+ \(\d+\)\s*$"
-                   r'|\s*File "<unknown>", line \d+, in '
-                   # frame lines without a banner: a fragment (a paste that starts inside a
-                   # stack, TRT-LLM's numbered backtrace under its error record)
-                   r"|\s*frame #\d+: |\s*\d+ +0x[0-9a-fA-F]+ \S|\[ *\d+\] \S|[^\s(\[]+\([^()\n]*\) ?\[0x")
-_CONTINUES = re.compile(r"\s*what\(\):|\s*frame #\d+: |Exception raised from |PC: @|\s+@\s+0x|\[failure_signal_handler"
-                        r"|CUDA kernel errors might|For debugging consider|Compile with `TORCH_USE|Search for `"
-                        r"|Device-side assertions|\s*$"
-                        r'|\s*\d+ +0x[0-9a-fA-F]+ |\[ *\d+\] |\s*File "|=+ backtrace \(tid:|={10,}\s*$'
-                        r"|(?:Signal|Signal code|Failing at address|Associated errno): |\*\*\* End of error message"
-                        r"|[^\s(\[]+\([^()\n]*\) ?\[0x")
 # signal handlers whose first frame is the signal trampoline (__restore_rt, shown as
 # __sigaction or "libc.so.6(+0x...)"), not the code that faulted
 _TRAMPOLINE_FIRST = {"ucx", "ompi"}
 _UNKNOWN = "<unknown>"
 _PLACEHOLDERS = frozenset({"", "?", "??", "???", "unknown", "<unknown>", "<unknown function>"})
-_ADDRESS_ONLY = re.compile(r"0x[0-9a-fA-F]+")
+_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def _function(symbol) -> str | None:
-    """A printed symbol as a frame's function (None for a placeholder or an address)."""
+    """A printed symbol as a frame's function (None for a placeholder or a bare address)."""
     text = str(symbol).strip() if symbol is not None else ""
-    if text in _PLACEHOLDERS or _ADDRESS_ONLY.fullmatch(text):
+    if text in _PLACEHOLDERS or (text[:2] == "0x" and len(text) > 2 and _HEX.issuperset(text[2:])):
         return None
     return names.from_symbol(text) if text.startswith("_Z") else (names.plain(text) or None)
 
@@ -117,8 +100,7 @@ class _ToCrash(Transformer):
 
     def ucx_head(self, *items):
         where = next((i for i in items if isinstance(i, dict)), {})
-        tokens = _typed(items, "SIGNAL_NUMBER", "SIGNAL_TEXT", "SIGNAL_DETAIL")
-        return {**where, **_signal(tokens)}
+        return {**where, **_signal(_typed(items, "SIGNAL_NUMBER", "SIGNAL_TEXT", "SIGNAL_DETAIL"))}
 
     def ucx_where(self, host, pid, _index, tid):
         return {"subject_pid": knowledge.claimed_int(str(pid)), "tid": knowledge.claimed_int(str(tid)),
@@ -177,8 +159,8 @@ class _ToCrash(Transformer):
     def symbol_only(self, symbol):
         return (_function(symbol), None, None, str(symbol).strip())
 
-    def raised_from(self, text=None):
-        return ("raised_from", str(text or "").strip())
+    def raised_from(self, *tokens):
+        return ("raised_from", raised.from_tokens(tokens))
 
     def ucx_backtrace(self, tid):
         return ("skip", None)
@@ -208,20 +190,20 @@ def _signal(tokens: dict) -> dict:
            "signal_number": number}
     if number is not None:
         out["signal_name"] = knowledge.signals().get(number)
-    detail = tokens.get("SIGNAL_DETAIL")
-    if detail:
-        out["signal_detail"] = str(detail)[1:].strip().rstrip(")").strip() or None
+    if "SIGNAL_DETAIL" in tokens:
+        out["signal_detail"] = str(tokens["SIGNAL_DETAIL"]).strip() or None
     return out
 
 
 def _body(items) -> dict:
     frames = [i for i in items if isinstance(i, tuple) and i[0] == "frame"]
     pairs = [i for i in items if isinstance(i, tuple) and len(i) == 2]
-    raised = next((t for k, t in pairs if k == "raised_from"), None)
+    raised_at = next((t for k, t in pairs if k == "raised_from"), None)
     text = [t for k, t in pairs if k == "text"]
     details = [t for k, t in pairs if k == "detail"]
     out = {"native_frames": [shown for _, _, shown in frames][:64], "native_frame_count": len(frames),
-           "native_stack": tuple(frame for _, frame, _ in frames[:64]), "raised_from": raised,
+           "native_stack": tuple(frame for _, frame, _ in frames[:64]),
+           "raised_from": raised_at.text if raised_at else None, "raised_at": raised_at,
            "message_lines": text[:20]}
     if details:
         out["signal_details"] = details
@@ -236,7 +218,7 @@ class CrashBlock:
         self.linenos: list[int] = []
 
     def accepts(self, text: str, lineno: int, header) -> bool:
-        if self.lines and not _CONTINUES.match(text):
+        if self.lines and not _continues(text):
             return False
         self.lines.append(text)
         self.linenos.append(lineno)
@@ -269,8 +251,15 @@ def _parse(lines: list[str]) -> dict | None:
         return None
 
 
+def _continues(text: str) -> bool:
+    """A line that goes on with a report: blank, one of the grammar's continuing shapes,
+    or torch's advice after an exception's message (data/messages.toml ``native``)."""
+    return not text.strip() or terminals.terminal("native_crash", "NATIVE_CONTINUES").match(text) is not None \
+        or text.startswith(knowledge.native_continuations())
+
+
 def start(text: str, header: tuple | None = None) -> CrashBlock | None:
-    return CrashBlock() if START.match(text) else None
+    return CrashBlock() if terminals.terminal("native_crash", "NATIVE_START").match(text) else None
 
 
 def _timeout_in_what(crash: dict, make):
@@ -291,11 +280,10 @@ def crash_event(crash: dict, make):
     found = knowledge.find_cuda_error(full) if full.strip() else None
     attrs = dict(crash)
     attrs.pop("what_site", None)
+    raised_at = attrs.pop("raised_at", None)
     stack = crash.get("native_stack") or ()
-    raised = _RAISED_FROM.match(crash.get("raised_from") or "")
-    if raised:
-        attrs.update(raised_function=raised.group("function"), raised_file=raised.group("file"),
-                     raised_line=knowledge.claimed_int(raised.group("line")))
+    if raised_at is not None and raised_at.file is not None:
+        attrs.update(raised_at.attrs())
     elif crash.get("what_site"):
         # a TllmException: its text names the throw site, its frames the code around it
         attrs["raised_file"], attrs["raised_line"] = crash["what_site"]

@@ -12,23 +12,15 @@ block of their own.
 
 from __future__ import annotations
 
-import re
-
-from lark import Token, Tree
+from lark import Transformer, v_args
 from lark.exceptions import LarkError
 
 from forensics import grammar
 from forensics.events import Frame, PyException
 from forensics.knowledge import claimed_int
+from forensics.parsers import terminals
 from forensics.parsers.text.block import BlockResult, unparsable
 
-# "____ test_x[1] ____" (a long name leaves one "_" each side); not the "_ _ _" rule
-SECTION = re.compile(r"(?!(?:_ )+_?\s*$)_+ \S.* _+\s*$")
-ERROR_LINE = re.compile(r"E[ \t]{2,}\S")
-LOCATION = re.compile(r"[^\s:][^:]*:\d+:(?: in \S+| [A-Za-z_][\w.]*)?\s*$")
-RULE = re.compile(r"={3,}")            # the report's next part (short test summary ...)
-CHAIN = {"The above exception was the direct cause of the following exception:": "cause",
-         "During handling of the above exception, another exception occurred:": "context"}
 MAX_LINES = 20_000
 
 
@@ -42,9 +34,9 @@ class PytestBlock:
         self.overflow = 0
 
     def accepts(self, text: str, lineno: int, header) -> bool:
-        if self.lines and (SECTION.match(text) or RULE.match(text)):
+        if self.lines and (_is("SECTION_LINE", text) or _is("REPORT_RULE", text)):
             return False
-        if self.fragment and self.lines and not (ERROR_LINE.match(text) or LOCATION.match(text)):
+        if self.fragment and self.lines and not (_is("ERROR_LINE", text) or _is("LOCATION_LINE", text)):
             return False
         if len(self.lines) >= MAX_LINES:
             self.overflow += 1
@@ -84,21 +76,22 @@ class PytestBlock:
                                      header_missing=False, cut=not errors))
             frames, errors, link = [], [], None
 
+        chain_markers = _chain_markers()
         for text in self.lines:
             stripped = text.strip()
-            if stripped in CHAIN:
+            if stripped in chain_markers:
                 finish()
-                link = CHAIN[stripped]
-            elif SECTION.match(text):
-                test = _fields("header", text)["TITLE"].split("[", 1)[0]
-            elif ERROR_LINE.match(text):
-                fields = _fields("error", text)
-                errors.append((fields.get("EXC_TYPE"), (fields.get("EXC_MESSAGE") or ":")[1:].strip()
+                link = chain_markers[stripped]
+            elif _is("SECTION_LINE", text):
+                test = _read("header", text).get("TEST_NAME", "")
+            elif _is("ERROR_LINE", text):
+                fields = _read("error", text)
+                errors.append((fields.get("EXC_TYPE"), fields.get("EXC_MESSAGE", "")
                                if fields.get("EXC_TYPE") else fields.get("TEXT", "")))
             elif text.startswith(">"):
-                code = _fields("marker", text).get("CODE")
-            elif LOCATION.match(text):
-                fields = _fields("location", text)
+                code = _read("marker", text).get("CODE")
+            elif _is("LOCATION_LINE", text):
+                fields = _read("location", text)
                 function = fields.get("FUNC") or (test if not frames and not chain and not link else None)
                 frames.append(Frame(fields["PATH"], claimed_int(fields["LINENO"]), function, code))
                 code = None
@@ -108,10 +101,38 @@ class PytestBlock:
         return tuple(chain)
 
 
-def _fields(rule: str, text: str) -> dict[str, str]:
-    tree: Tree = grammar.load("pytest_report", start=("header", "location", "marker", "error")).parse(
+def _is(terminal: str, text: str) -> bool:
+    """Whether a line has one of the report's shapes (a terminal of pytest_report.lark)."""
+    return terminals.terminal("pytest_report", terminal).match(text) is not None
+
+
+def _chain_markers() -> dict[str, str]:
+    """Python's chain sentences, as the traceback grammar has them."""
+    return {terminals.literal("python_traceback", "CAUSE_TEXT"): "cause",
+            terminals.literal("python_traceback", "CONTEXT_TEXT"): "context"}
+
+
+@v_args(inline=True)
+class _ToFields(Transformer):
+    """A report line's tree -> its fields by token name."""
+
+    def header(self, *tokens):
+        return {t.type: str(t) for t in tokens}
+
+    def location(self, *tokens):
+        return {t.type: str(t) for t in tokens}
+
+    def marker(self, *tokens):
+        return {t.type: str(t) for t in tokens}
+
+    def error(self, *tokens):
+        return {t.type: str(t) for t in tokens}
+
+
+def _read(rule: str, text: str) -> dict[str, str]:
+    tree = grammar.load("pytest_report", start=("header", "location", "marker", "error")).parse(
         text.rstrip(), start=rule)
-    return {t.type: str(t) for t in tree.scan_values(lambda v: isinstance(v, Token))}
+    return _ToFields().transform(tree)
 
 
 def _exception(errors: list[tuple[str | None, str]]) -> tuple[str | None, str]:
@@ -124,8 +145,8 @@ def _exception(errors: list[tuple[str | None, str]]) -> tuple[str | None, str]:
 
 
 def start(text: str, header: tuple | None = None) -> PytestBlock | None:
-    if SECTION.match(text):
+    if _is("SECTION_LINE", text):
         return PytestBlock(fragment=False)
-    if ERROR_LINE.match(text):
+    if _is("ERROR_LINE", text):
         return PytestBlock(fragment=True)
     return None

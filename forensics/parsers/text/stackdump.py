@@ -13,23 +13,16 @@ thread's stack says what that thread was doing, not where the process died.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from lark import Transformer, v_args
 from lark.exceptions import LarkError
 
-from forensics import grammar
+from forensics import grammar, knowledge
 from forensics.events import Frame, Kind, Severity
 from forensics.knowledge import claimed_int
+from forensics.parsers import terminals
 from forensics.parsers.text.block import BlockResult, unparsable
-
-# a frame line of faulthandler's own shape (no comma before "in", unlike a traceback's)
-# starts a fragment: the tail of a dump whose head is not in the input
-FAULTHANDLER_START = re.compile(r'(?:Fatal Python error: |Windows fatal exception: |Timeout \([\d:.]+\)!$'
-                                r'|[ ]+File "[^"\n]+", line \d+ in )')
-FAULTHANDLER_CONTINUES = re.compile(r'(?:Thread 0x|Current thread 0x|Stack \(most recent call first\):|\s+File "|\s+<no Python frame>|\s+\.\.\.$|Extension modules: |\s*$)')
-PYSPY_START = re.compile(r"Process \d+: \S")
-PYSPY_CONTINUES = re.compile(r"(?:Python v|Parent Process \d+|Thread (?:\d+|0x[0-9A-Fa-f]+) \(|    |\s*$)")
-
 
 @v_args(inline=True)
 class _Faulthandler(Transformer):
@@ -81,7 +74,7 @@ class _PySpy(Transformer):
         return None
 
     def thread(self, ident, state, *rest):
-        name = next((str(r)[2:].strip('"') for r in rest if getattr(r, "type", None) == "THREAD_NAME"), None)
+        name = next((r.name for r in rest if isinstance(r, _Name)), None)
         frames = tuple(r for r in rest if isinstance(r, Frame))
         return {"thread": str(ident), "state": str(state), "name": name, "frames": frames}
 
@@ -89,8 +82,15 @@ class _PySpy(Transformer):
         lineno = next((claimed_int(r) for r in rest if getattr(r, "type", None) == "LINENO"), None)
         return Frame(str(file), lineno, str(func).strip())
 
+    def thread_name(self, name=None):
+        return _Name(str(name) if name is not None else "")
+
     def var(self, _line):
         return None
+
+
+class _Name(NamedTuple):
+    name: str                       # a py-spy thread's name ("MainThread")
 
 
 class DumpBlock:
@@ -98,12 +98,12 @@ class DumpBlock:
 
     def __init__(self, format_name: str, continues: re.Pattern) -> None:
         self.format = format_name
-        self._continues = continues
+        self._continues = continues          # the grammar's terminal: the lines that go on with it
         self.lines: list[str] = []
         self.linenos: list[int] = []
 
     def accepts(self, text: str, lineno: int, header) -> bool:
-        if self.lines and not self._continues.match(text):
+        if self.lines and text.strip() and not self._continues.match(text):
             return False
         self.lines.append(text)
         self.linenos.append(lineno)
@@ -139,10 +139,10 @@ class DumpBlock:
 
 
 def start(text: str, header: tuple | None = None) -> DumpBlock | None:
-    if FAULTHANDLER_START.match(text):
-        return DumpBlock("faulthandler", FAULTHANDLER_CONTINUES)
-    if PYSPY_START.match(text):
-        return DumpBlock("py-spy", PYSPY_CONTINUES)
+    if terminals.terminal("python_faulthandler", "FAULTHANDLER_START").match(text):
+        return DumpBlock("faulthandler", terminals.terminal("python_faulthandler", "FAULTHANDLER_CONTINUES"))
+    if terminals.terminal("py_spy", "PYSPY_START").match(text):
+        return DumpBlock("py-spy", terminals.terminal("py_spy", "PYSPY_CONTINUES"))
     return None
 
 
@@ -174,17 +174,9 @@ def _faulthandler_event(head, threads, make, cut: bool = False):
     if kind_of_head == "timeout":
         return make(Kind.STACK_DUMP, f"faulthandler stack dump after a {what} timeout{where}",
                     Severity.WARNING, {**attrs, "timeout": what})
-    signal = _signal_of(what)
+    signal = knowledge.faulthandler_signal(what)
     return make(Kind.FATAL_SIGNAL, f"Fatal Python error: {what}{where}", Severity.CRITICAL,
                 {**attrs, "signal_text": what, "signal_name": signal})
-
-
-_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
-            "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
-
-
-def _signal_of(text: str) -> str | None:
-    return next((name for words, name in _SIGNALS.items() if text.startswith(words)), None)
 
 
 def _pyspy_event(process, threads, make, cut: bool = False):

@@ -23,10 +23,10 @@ from forensics.events import OWN_FAILURE, Event, Kind, Severity, clip, freeze
 from forensics.inputs.normalise import Line, Normaliser
 from forensics.inputs.reader import READ_ERRORS, ReadStats, chronological, detect_encoding, iter_lines
 from forensics.inputs.sources import SNIFF_BYTES, Prefixed, Source
-from forensics.parsers import blocks, scan
+from forensics.parsers import blocks, scan, terminals
 from forensics.parsers.base import ParsedSource, Traffic, dominant_kind
 from forensics.parsers.sanitizer.text import SanitizerAssembler, is_sanitizer_line
-from forensics.parsers.text import classify
+from forensics.parsers.text import classify, raised
 from forensics.parsers.text.block import BlockResult
 from forensics.parsers.text.cuda_gdb import CudaGdbCollector
 from forensics.parsers.text.lines import LineParser, Record, Stamp, site_formats, stampless, untagged_main_formats
@@ -37,10 +37,8 @@ FAST_PATH_BYTES = 8 << 20
 CONTINUES_LINES = 40        # how far back a line that only continues an error looks for it
 BUSY_LINES = 64            # lines an open block keeps the fast path feeding without taking one
 TRAFFIC_EXAMPLES = 2
-TB_AT_END = "Traceback (most recent call last):"
 _CONTINUES = tuple(knowledge.message_continuations())
 DETAIL_LIMIT = 600      # characters of an error's raw continuation lines kept as its "detail"
-_RAISED = re.compile(r"Exception raised from (?P<function>\S+) at (?P<file>[^\s:]+):(?P<line>\d+)")
 
 
 @functools.lru_cache(maxsize=None)
@@ -352,14 +350,15 @@ class _Run:
                     self._count(other.format)
                     return
 
-        if TB_AT_END in text and not text.startswith(TB_AT_END) and text.rstrip().endswith(TB_AT_END):
+        tb_header = terminals.literal("python_traceback", "TB_TEXT")
+        if tb_header in text and not text.startswith(tb_header) and text.rstrip().endswith(tb_header):
             # "... Scheduler hit an exception: Traceback (most recent call last):": the
             # message is an event of its own, the traceback follows (raw, for SGLang)
-            self._single(line, rec, text.partition(TB_AT_END)[0].rstrip(": "))
-            block = blocks.start_block(TB_AT_END, header)
+            self._single(line, rec, text.partition(tb_header)[0].rstrip(": "))
+            block = blocks.start_block(tb_header, header)
             block.follow_raw = True
             block.shared_first = True
-            block.accepts(TB_AT_END, line.lineno, header)
+            block.accepts(tb_header, line.lineno, header)
             self._open(key, block, line, rec)
             return
 
@@ -494,13 +493,11 @@ class _Run:
             if len(detail) < DETAIL_LIMIT:
                 self.out.events[self.last_error] = replace(event, attrs=freeze({
                     **event.attrs, "detail": (detail + "\n" if detail else "") + clip(stripped, DETAIL_LIMIT)}))
-        m = _RAISED.match(stripped)
-        if m:
+        thrown = raised.read(stripped) if stripped.startswith(raised.OPENING) else None
+        if thrown is not None and thrown.file is not None:
             event = self.out.events[self.last_error]
             if "raised_file" not in event.attrs:
-                self.out.events[self.last_error] = replace(event, attrs=freeze({
-                    **event.attrs, "raised_function": m.group("function"), "raised_file": m.group("file"),
-                    "raised_line": knowledge.claimed_int(m.group("line"))}))
+                self.out.events[self.last_error] = replace(event, attrs=freeze({**event.attrs, **thrown.attrs()}))
 
     def _traffic(self, line: Line, rec: Record, template: str, facts: dict) -> None:
         env = line.env

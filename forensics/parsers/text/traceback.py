@@ -15,44 +15,54 @@ from __future__ import annotations
 
 import functools
 import importlib
-import re
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from lark import Transformer, v_args
 from lark.exceptions import LarkError
 
 from forensics import grammar, knowledge
+from forensics.parsers import terminals
 from forensics.events import Frame, PyException
 from forensics.parsers.text.block import BlockResult, unparsable
 
-TB_HEADER = "Traceback (most recent call last):"
-UNRAISABLE = ("Exception ignored in", "Exception ignored while calling deallocator", "Exception ignored on calling")
-CHAIN_MARKERS = (
-    "The above exception was the direct cause of the following exception:",
-    "During handling of the above exception, another exception occurred:",
-)
-FRAME = re.compile(r'\s*File "[^"\n]+", line \d+')
-# A line that is an exception by itself: a dotted name ending like an exception type,
-# a colon and a message (or nothing).  Warnings are not failures.
-EXCEPTION_LINE = re.compile(
-    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure|Failed|Fault|Timeout|Dead)"
-    r"|KeyboardInterrupt|SystemExit|RemoteTraceback|c10::\w+|std::\w+)(?:\([\w.]*\))?(?::\s|:$|$)")
-# the quotes around a multiprocessing pool's RemoteTraceback (the worker's traceback)
-QUOTE = '"""'
 MAX_BLOCK_LINES = 20_000     # a traceback of millions of lines is cut (the rest counted)
+
+
+def _terminal(name: str):
+    """A terminal of grammars/python_traceback.lark: the block's guards are its shapes."""
+    return terminals.terminal("python_traceback", name)
+
+
+def _header(text: str) -> bool:
+    return _terminal("TB_TEXT").match(text) is not None
+
+
+def _unraisable(text: str) -> bool:
+    return _terminal("UNRAISABLE_HEAD").match(text) is not None
+
+
+def _frame(text: str) -> bool:
+    return _terminal("FRAME_START").match(text) is not None
+
+
+def _exception_line(text: str) -> bool:
+    return _terminal("EXCEPTION_START").match(text) is not None
+
+
+def _chain_marker(stripped: str) -> bool:
+    return _terminal("CHAIN_MARKER").fullmatch(stripped) is not None
 
 
 def starts_block(text: str) -> str | None:
     """How a block starts at this line: "header", "unraisable", "frame", "exception"."""
-    if text.startswith(TB_HEADER):
+    if _terminal("TRACEBACK_START").match(text) is None:     # most lines: one scan
+        return None
+    if _header(text):
         return "header"
-    if text.startswith(UNRAISABLE):
+    if _unraisable(text):
         return "unraisable"
-    if FRAME.match(text):
-        return "frame"
-    if EXCEPTION_LINE.match(text):
-        return "exception"
-    return None
+    return "frame" if _frame(text) else "exception"
 
 
 _CONTINUATIONS: tuple[str, ...] | None = None
@@ -100,10 +110,10 @@ class TracebackBlock:
             if len(self.overflow_linenos) < 1:
                 self.overflow_linenos.append(lineno)
             return True
-        if self.flat_frame and not FRAME.match(text) and not EXCEPTION_LINE.match(text) \
-                and not text.startswith(TB_HEADER) and text.strip() not in CHAIN_MARKERS:
+        if self.flat_frame and not _frame(text) and not _exception_line(text) \
+                and not _header(text) and not _chain_marker(text.strip()):
             text = "    " + text.lstrip()     # a code line whose indentation a paste lost
-        self.flat_frame = text.startswith('File "')
+        self.flat_frame = _terminal("FRAME_HEAD").match(text) is not None
         self.lines.append(text)
         self.linenos.append(lineno)
         self._advance(text)
@@ -123,17 +133,17 @@ class TracebackBlock:
             if self.started_by == "exception":
                 return False if stripped else True
             return True       # frames, code, carets, the exception line itself
-        if stripped in CHAIN_MARKERS:
+        if _chain_marker(stripped):
             return True
-        if self.after_chain and (stripped.startswith(TB_HEADER) or not stripped):
+        if self.after_chain and (_header(stripped) or not stripped):
             return True
         if not self.quoting and knowledge.quoted_process(stripped):
             self.quoting = True    # "-- Process 1 terminated with the following error:"
             return True
-        if self.quoting and (stripped.startswith(TB_HEADER) or FRAME.match(text) or text[:1].isspace()
-                             or EXCEPTION_LINE.match(text) or stripped == QUOTE):
+        if self.quoting and (_header(stripped) or _frame(text) or text[:1].isspace()
+                             or _exception_line(text) or _terminal("QUOTE_TEXT").fullmatch(stripped)):
             return True       # the quoted traceback
-        if text.startswith(TB_HEADER) or text.startswith(UNRAISABLE):
+        if _header(text) or _unraisable(text):
             return False      # a new, separate traceback
         if header is not None and header == self.header:
             return True       # same logger record: everything is the message
@@ -150,17 +160,17 @@ class TracebackBlock:
         c10's "frame #N:" lines are part of it.)"""
         if not text[:1] or text[0].isspace():
             return False
-        if text.startswith(TB_HEADER) or text.startswith(UNRAISABLE):
+        if _header(text) or _unraisable(text):
             return not self.after_chain and self.has_frames
         return any(start(text, None) is not None for start in _other_starters())
 
     def _advance(self, text: str) -> None:
         stripped = text.strip()
-        if stripped in CHAIN_MARKERS:
+        if _chain_marker(stripped):
             self.in_message = False
             self.after_chain = True
             return
-        if stripped.startswith(TB_HEADER):
+        if _header(stripped):
             self.after_chain = False
             self.in_message = False
             self.has_frames = False
@@ -168,10 +178,10 @@ class TracebackBlock:
             # reads that traceback's frames like any other
             self.started_by = "header"
             return
-        if FRAME.match(text):
+        if _frame(text):
             self.has_frames = True
             return
-        if self.in_message or not stripped or text.startswith(UNRAISABLE):
+        if self.in_message or not stripped or _unraisable(text):
             return
         if not text[0].isspace():
             self.in_message = True   # the exception line "Type: message"
@@ -236,14 +246,29 @@ def start(text: str, header: tuple | None) -> TracebackBlock | None:
     return TracebackBlock(header=header, started_by=how) if how else None
 
 
+class _Link(NamedTuple):
+    how: str                        # cause | context: the chain marker between two segments
+
+
+class _Unraisable(NamedTuple):
+    obj: str | None                 # what the unraisable exception was ignored in
+
+
+class _Code(NamedTuple):
+    line: str                       # a frame's source line
+
+
+_HEADER = object()                  # a segment's "Traceback (most recent call last):"
+
+
 @v_args(inline=True)
 class _ToExceptions(Transformer):
     def start(self, *items):
         chain = []
         link = None
         for item in items:
-            if isinstance(item, str):
-                link = item
+            if isinstance(item, _Link):
+                link = item.how
             else:
                 chain.append(PyException(item.type, item.message, item.frames, item.unraisable_in,
                                          link or item.chained_by, item.header_missing, item.cut))
@@ -251,10 +276,10 @@ class _ToExceptions(Transformer):
         return tuple(chain)
 
     def cause(self, _marker):
-        return "cause"
+        return _Link("cause")
 
     def context(self, _marker):
-        return "context"
+        return _Link("context")
 
     def segment(self, *items):
         unraisable, has_header, frames, exc = self._parts(items)
@@ -274,35 +299,30 @@ class _ToExceptions(Transformer):
         return PyException("", "", frames, chained_by="remote", cut=True)
 
     def bare_unraisable(self, unraisable):
-        return PyException("", "", (), unraisable[1], cut=True)
+        return PyException("", "", (), unraisable.obj, cut=True)
 
     @staticmethod
     def _parts(items):
-        unraisable = next((i[1] for i in items if isinstance(i, tuple) and i and i[0] == "unraisable"), None)
-        has_header = any(i == "header" for i in items)
+        unraisable = next((i.obj for i in items if isinstance(i, _Unraisable)), None)
+        has_header = any(i is _HEADER for i in items)
         frames = tuple(i for i in items if isinstance(i, Frame))
         exc = next((i for i in items if isinstance(i, PyException)), None)
         return unraisable, has_header, frames, exc
 
     def header(self, _token):
-        return "header"
+        return _HEADER
 
     def unraisable(self, _head, obj=None):
-        text = str(obj or "").strip().lstrip(":").strip()
-        return ("unraisable", text.rstrip(":").strip() or None)
+        return _Unraisable(str(obj).strip() or None if obj is not None else None)
 
-    def frame(self, path, lineno, *rest):
-        func = None
-        code = None
-        for item in rest:
-            if isinstance(item, str) and item.startswith("\0code:"):
-                code = item[6:]
-            elif item is not None:
-                func = str(item).strip() or None
-        return Frame(str(path), knowledge.claimed_int(lineno), func, code)
+    def frame(self, path, lineno, func=None, code=None):
+        if isinstance(func, _Code):             # a frame without its function, with its code
+            func, code = None, func
+        return Frame(str(path), knowledge.claimed_int(lineno), str(func).strip() or None if func else None,
+                     code.line if code else None)
 
     def code(self, line, *_more):
-        return "\0code:" + str(line).strip()
+        return _Code(str(line).strip())
 
     def stray(self, _line):
         return None
@@ -311,15 +331,10 @@ class _ToExceptions(Transformer):
         return None
 
     def exception(self, type_, *rest):
-        message_parts = []
-        for item in rest:
-            text = str(item).rstrip("\n")
-            if item.type == "EXC_MESSAGE":
-                message_parts.append(text[1:].strip())
-            else:
-                message_parts.append(text)
-        message = "\n".join(message_parts).strip("\n")
-        return PyException(str(type_), message)
+        parts = [str(item).rstrip("\n") for item in rest]
+        if rest and rest[0].type == "EXC_MESSAGE":
+            parts[0] = parts[0].strip()
+        return PyException(str(type_), "\n".join(parts).strip("\n"))
 
 
 def parse_block(text: str) -> tuple[PyException, ...] | None:
@@ -332,10 +347,6 @@ def parse_block(text: str) -> tuple[PyException, ...] | None:
     frames_filtered = tuple(PyException(e.type, e.message, tuple(f for f in e.frames if f is not None),
                                         e.unraisable_in, e.chained_by, e.header_missing, e.cut) for e in chain)
     return frames_filtered
-
-
-# a frame line whose closing '", line N' was lost (a paste or a log cut it mid-token)
-_CUT_FRAME = re.compile(r'^\s*File "(?!.*", line \d+)')
 
 
 def parse_lines(lines: list[str]) -> tuple[tuple[PyException, ...] | None, frozenset[int]]:
@@ -351,7 +362,7 @@ def parse_lines(lines: list[str]) -> tuple[tuple[PyException, ...] | None, froze
     chain = attempt(frozenset())
     if chain:
         return chain, frozenset()
-    cut_frames = frozenset(i for i, line in enumerate(kept) if _CUT_FRAME.match(line))
+    cut_frames = frozenset(i for i, line in enumerate(kept) if _terminal("CUT_FRAME").match(line))
     candidates = [cut_frames] if cut_frames else []
     candidates += [frozenset(range(len(kept) - n, len(kept))) for n in (1, 2) if n < len(kept)]
     for skip in candidates:
