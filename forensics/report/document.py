@@ -36,7 +36,7 @@ def build(case: "Case", timeline_limit: int | None = TIMELINE_LIMIT) -> dict:
         "sources": [s.to_json() for s in case.sources],
         "inputs": {"given": case.walk.given, "files_seen": case.walk.files_seen, "readable": case.walk.readable,
                    "empty": case.walk.empty, "links_not_followed": case.walk.skipped_links},
-        "ranks": [_rank(r) for r in v.ranks],
+        "ranks": [_rank(r, v.steps) for r in v.ranks],
         "verdict": _verdict(v),
         "environment": {k: _plain(val) for k, val in v.environment.items()},
         "environment_sources": dict(v.environment_sources),
@@ -120,6 +120,11 @@ def _verdict(v: Verdict) -> dict:
                       "function": s.function, "time": iso(s.time), "source": s.source, "exception": s.exception,
                       "how": s.how, "also_seen_in": list(s.also_seen_in), "error_code": s.error_code,
                       "graph_replay": s.graph_replay, "caller": s.caller} for s in v.surfaces],
+        # the capture plugin's step in flight per rank: what each ran, never an origin
+        "steps": [{"who": who(s.rank, s.pid), "key": s.key, "rank": s.rank, "pid": s.pid, "step": s.step,
+                   "phase": s.phase, "tokens": s.tokens, "requests": [list(r) for r in s.requests],
+                   "in_flight": s.in_flight, "reason": s.reason, "text": s.text, "source": s.source}
+                  for s in v.steps],
         # the contract: origin is null unless evidence names the kernel
         "origin": ({"who": who(origin.rank, origin.pid, origin.name), "rank": origin.rank, "pid": origin.pid, "kernel": origin.kernel, "fault": origin.fault,
                     "location": origin.location, "launch_site": origin.launch_site,
@@ -152,8 +157,9 @@ def _verdict(v: Verdict) -> dict:
     }
 
 
-def _rank(r) -> dict:
-    return {"who": who(r.rank, r.pid, r.name or r.role), "key": r.key, "rank": r.rank, "pid": r.pid, "role": r.role, "status": r.status.value, "exit_code": r.exit_code,
+def _rank(r, steps=()) -> dict:
+    step = next((s for s in steps if s.key == r.key), None)
+    return {"in_step": step.text if step else None, "who": who(r.rank, r.pid, r.name or r.role), "key": r.key, "rank": r.rank, "pid": r.pid, "role": r.role, "status": r.status.value, "exit_code": r.exit_code,
             "name": r.name, "host": r.host, "other_pids": list(r.other_pids), "first_error": r.first_error,
             "first_error_source": r.first_error_source, "failure": r.failure}
 

@@ -121,6 +121,10 @@ def _head(document: dict, include_title: bool) -> str:
                    + (f" ({md_prose('; '.join(origin['notes']))})" if origin["notes"] else "") + "\n\n")
     elif v["origin_unknown"]:
         out.append(f"**Origin:** unknown: {md_prose(v['origin_unknown'])}.\n\n")
+    if v.get("steps"):
+        # the capture plugin's snapshots: what each rank was running, never the origin
+        out.append("**Step in flight (capture snapshots):** " + "; ".join(
+            f"{md_text(st['who'])} {md_text(st['text'])}" for st in v["steps"][:MAX_ROWS]) + "\n\n")
     for note in v["notes"]:
         out.append(f"> {md_prose(note)}\n\n")
     out.append("#### Causal chain\n")
@@ -133,7 +137,8 @@ def _head(document: dict, include_title: bool) -> str:
     out.append(_table(("field", "value"), env_rows or [["-", "-"]]))
     out.append("\n#### Processes\n")
     rows = [[_cell(r["rank"]), _cell(r["pid"]), md_text(r["role"]), f"**{r['status']}**", _cell(r["exit_code"]),
-             _cell_text(r["failure"] or "")] for r in document["ranks"][:MAX_ROWS]]
+             _cell_text("; ".join(x for x in (r["failure"], r.get("in_step")) if x))]
+            for r in document["ranks"][:MAX_ROWS]]
     out.append(_table(("rank", "pid", "role", "status", "exit", "how it went down"), rows or [["-"] * 6]))
     if len(document["ranks"]) > MAX_ROWS:
         out.append(f"\n... {len(document['ranks']) - MAX_ROWS} more processes (the JSON report has them)\n")

@@ -213,6 +213,12 @@ def _verdict_panel(document: dict, plain_output: bool, compact: bool = False):
         names = ", ".join(plain(r['who']) for r in collateral[:12]) + \
             (f" ... ({len(collateral)} in all; --format json lists them)" if len(collateral) > 12 else "")
         lines.append(_row("Collat.", plain(names)))
+    steps = v.get("steps") or []
+    for step in steps[:4] if compact else steps:
+        # the capture plugin's snapshot: what each rank was running, never the origin
+        lines.append(_row("Step", f"{plain(step['who'])} {plain(step['text'])}", (f"  [{plain(step['source'])}]", "source")))
+    if compact and len(steps) > 4:
+        lines.append(Text(f"        ... {len(steps) - 4} more ranks' steps (--full)", style="note"))
     hardware = v.get("hardware")
     if hardware:
         lines.append(_row("HW/SW", f"{hardware['opinion']}: {plain(hardware['basis'])}"))
@@ -310,6 +316,8 @@ def _ranks_table(document: dict, width: int = 80, plain_output: bool = True, com
         shown = sorted(ranks, key=lambda r: order.get(r["status"], 5))[:COMPACT_PROCESSES]
     for r in shown:
         detail = plain(r["failure"] or (r["first_error"] or "")[:90])
+        if r.get("in_step") and not compact:
+            detail = f"{detail}; {plain(r['in_step'])}" if detail else plain(r["in_step"])
         if r["first_error_source"] and r["status"] != "healthy" and not compact:
             detail = f"{detail} [{plain(r['first_error_source'])}]".strip()
         table.add_row(_n(r["rank"]), _n(r["pid"]), plain(r["role"]), Text(r["status"], style=STATUS_STYLE[r["status"]]),

@@ -1,0 +1,293 @@
+"""One worker process's record: the ring of its last engine steps, the step in flight,
+and the snapshot written from them.
+
+Written so that it cannot hurt the process it runs in:
+
+- no device call, no tensor touched: a snapshot is written when the CUDA context may be
+  dead, so it holds only what Python already has (the step facts, thread stacks);
+- every public method catches its own failures (``guarded``): a full disk, a read-only
+  folder or a vLLM object of an unexpected shape loses a fact or a snapshot, never the
+  worker's step;
+- the snapshot file is created with ``O_EXCL | O_NOFOLLOW`` (never through a link planted
+  at its name, never over a file it did not create) and replaced only by a rename of a
+  temporary file it created beside it, after checking that the name still holds the file
+  it created.
+
+The file holds one JSON object whose first key is the schema marker (data/capture.toml).
+While the worker runs, its content is rewritten in place at the start of each step with
+``reason = "live"`` and the step in flight (a few hundred bytes, one ``pwrite``): a worker
+killed by SIGKILL or a fatal signal cannot write anything at its death, so what it was
+doing must already be on disk.  On an exception out of execute_model, and at exit, the
+whole snapshot (the ring, every thread's stack) replaces it.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import json
+import os
+import socket
+import sys
+import threading
+import time
+import traceback
+
+from forensics.capture.steps import step_facts
+
+SCHEMA = "forensics.capture/1"
+
+
+def guarded(fn):
+    """``fn`` that returns None instead of raising (the plugin never raises into vLLM)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            return None
+    return call
+
+
+class Recorder:
+    """The record of one process (a worker; several workers in one process share it and
+    are told apart by their rank in each step)."""
+
+    def __init__(self, directory: str, ring_steps: int = 64, max_requests: int = 64, max_threads: int = 64,
+                 max_frames: int = 64, startup: dict | None = None):
+        self.directory = directory
+        self.ring: collections.deque = collections.deque(maxlen=ring_steps)
+        self.max_requests = max_requests
+        self.max_threads = max_threads
+        self.max_frames = max_frames
+        self.startup = dict(startup or {})
+        self.steps = 0
+        self.current: dict | None = None
+        self.rank = None
+        self.local_rank = None
+        self.pid = os.getpid()
+        self.path: str | None = None
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
+        self._live_len = 0
+        self._final_for = -1          # the step count when the last full snapshot was written
+        self._lock = threading.Lock()
+        self.failures = 0             # parts that failed (kept for the snapshot and the tests)
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def begin(self, worker, scheduler_output) -> dict | None:
+        try:
+            if self.rank is None:
+                self._identify(worker)
+            self.steps += 1
+            facts = step_facts(self.steps, scheduler_output, self.max_requests)
+            self.current = facts
+            self._write_live()
+            return facts
+        except Exception:
+            self.failures += 1
+            return None
+
+    def end(self, facts: dict | None, error: BaseException | None = None) -> None:
+        try:
+            if facts is None:
+                return
+            facts["t1"] = round(time.time(), 6)
+            if error is not None:
+                facts["error"] = type(error).__name__
+            self.ring.append(facts)
+            if self.current is facts:
+                self.current = None
+        except Exception:
+            self.failures += 1
+
+    def collective(self, name: str) -> None:
+        try:
+            current = self.current
+            if current is not None:
+                counts = current.setdefault("collectives", {})
+                counts[name] = counts.get(name, 0) + 1
+        except Exception:
+            self.failures += 1
+
+    def _identify(self, worker) -> None:
+        for attr in ("rank", "local_rank"):
+            value = getattr(worker, attr, None)
+            if isinstance(value, int) and not isinstance(value, bool):
+                setattr(self, attr, value)
+        self.startup.setdefault("config", config_of(worker))
+
+    # -- the snapshot file -----------------------------------------------------------------
+
+    def _name(self, n: int) -> str:
+        rank = "x" if self.rank is None else str(self.rank)
+        return os.path.join(self.directory, f"forensics-snapshot-rank{rank}-pid{self.pid}"
+                                            + (f".{n}" if n else "") + ".json")
+
+    def _open(self) -> None:
+        """Creates the snapshot file, never through a link, never over an existing file
+        (a previous process with the same pid: the next free name)."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        for n in range(16):
+            path = self._name(n)
+            try:
+                fd = os.open(path, flags, 0o644)
+            except FileExistsError:
+                continue
+            st = os.fstat(fd)
+            self._fd, self.path, self._identity = fd, path, (st.st_dev, st.st_ino)
+            return
+        raise FileExistsError("no free snapshot name")
+
+    def _write_live(self) -> None:
+        """The step in flight, on disk before the step runs (module docstring)."""
+        if self._fd is None:
+            self._open()
+        doc = self._head("live")
+        doc["in_flight"] = self.current
+        if self.ring:
+            doc["steps"] = [self.ring[-1]]
+        data = json.dumps(doc, separators=(",", ":"), default=str).encode()
+        if len(data) < self._live_len:
+            data += b" " * (self._live_len - len(data))     # JSON allows trailing whitespace
+        os.pwrite(self._fd, data, 0)
+        self._live_len = len(data)
+
+    def _head(self, reason: str) -> dict:
+        return {"schema": SCHEMA, "reason": reason, "written": round(time.time(), 6), "pid": self.pid,
+                "rank": self.rank, "local_rank": self.local_rank, "host": _host(), "steps_seen": self.steps}
+
+    def snapshot(self, reason: str, error: BaseException | None = None) -> str | None:
+        """Writes the whole snapshot (reason: exception | exit); its path, or None."""
+        try:
+            with self._lock:
+                return self._snapshot(reason, error)
+        except Exception:
+            self.failures += 1
+            return None
+
+    def _snapshot(self, reason: str, error: BaseException | None) -> str | None:
+        if self._final_for == self.steps and reason == "exit":
+            return self.path        # the exception's snapshot already says it; nothing ran since
+        if self.path is None:
+            self._open()
+        doc = self._head(reason)
+        doc["in_flight"] = self.current
+        doc["steps"] = list(self.ring)
+        doc["startup"] = self.startup
+        if error is not None:
+            doc["error"] = {"type": type(error).__name__, "message": str(error)[:2000],
+                            "frames": _frames(error.__traceback__, self.max_frames)}
+        doc["threads"] = threads(self.max_threads, self.max_frames)
+        doc["capture_failures"] = self.failures
+        data = json.dumps(doc, separators=(",", ":"), default=str).encode()
+        self._replace(data)
+        self._final_for = self.steps
+        return self.path
+
+    def _replace(self, data: bytes) -> None:
+        """Temporary file beside it, then rename - only while the name still holds the
+        file this process created."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        tmp = f"{self.path}.tmp{os.getpid()}.{threading.get_ident()}"
+        fd = os.open(tmp, flags, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        try:
+            st = os.lstat(self.path)
+            if (st.st_dev, st.st_ino) != self._identity:
+                raise FileExistsError(f"{self.path} is no longer the file this process created")
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        st = os.lstat(self.path)
+        self._identity = (st.st_dev, st.st_ino)
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._live_len = 0
+        # a later step's live record goes into this same file again
+        self._fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        if os.fstat(self._fd).st_ino != self._identity[1]:
+            os.close(self._fd)
+            self._fd = None
+        else:
+            self._live_len = len(data)
+
+
+def _host() -> str | None:
+    try:
+        return socket.gethostname()
+    except Exception:
+        return None
+
+
+def _frames(tb, limit: int) -> list:
+    out = []
+    for summary in traceback.extract_tb(tb)[-limit:]:
+        out.append([summary.filename, summary.lineno, summary.name])
+    return out
+
+
+def threads(max_threads: int, max_frames: int) -> list:
+    """Every thread's Python stack, innermost frame last (as a traceback reads), by
+    ``sys._current_frames`` - no signal, no device."""
+    names = {t.ident: t for t in threading.enumerate()}
+    out = []
+    for ident, frame in list(sys._current_frames().items())[:max_threads]:
+        stack = []
+        while frame is not None and len(stack) < max_frames:
+            code = frame.f_code
+            stack.append([code.co_filename, frame.f_lineno, code.co_name])
+            frame = frame.f_back
+        stack.reverse()
+        thread = names.get(ident)
+        out.append({"ident": ident, "name": thread.name if thread else None,
+                    "daemon": thread.daemon if thread else None, "frames": stack})
+    return out
+
+
+_CONFIG = (
+    ("tensor_parallel_size", ("parallel_config", "tensor_parallel_size")),
+    ("pipeline_parallel_size", ("parallel_config", "pipeline_parallel_size")),
+    ("data_parallel_size", ("parallel_config", "data_parallel_size")),
+    ("distributed_executor_backend", ("parallel_config", "distributed_executor_backend")),
+    ("enforce_eager", ("model_config", "enforce_eager")),
+    ("dtype", ("model_config", "dtype")),
+    ("max_model_len", ("model_config", "max_model_len")),
+    ("cudagraph_mode", ("compilation_config", "cudagraph_mode")),
+    ("compilation_mode", ("compilation_config", "mode")),
+    ("max_num_batched_tokens", ("scheduler_config", "max_num_batched_tokens")),
+    ("max_num_seqs", ("scheduler_config", "max_num_seqs")),
+    ("enable_chunked_prefill", ("scheduler_config", "enable_chunked_prefill")),
+    ("block_size", ("cache_config", "block_size")),
+    ("kv_cache_dtype", ("cache_config", "cache_dtype")),
+)
+
+
+def config_of(worker) -> dict:
+    """The backend choices the worker's vLLM config holds (attribute access only; a
+    value is kept as text when it is not a plain JSON value)."""
+    out = {}
+    config = getattr(worker, "vllm_config", None)
+    for key, (part, attr) in _CONFIG:
+        try:
+            value = getattr(getattr(config, part, None), attr, None)
+        except Exception:
+            continue
+        if value is None:
+            continue
+        out[key] = value if isinstance(value, (bool, int, float, str)) else str(value)[:200]
+    try:
+        backend = getattr(getattr(worker, "model_runner", None), "attn_backend", None)
+        if backend is not None:
+            out["attention_backend"] = getattr(backend, "__name__", str(backend))[:200]
+    except Exception:
+        pass
+    return out
