@@ -79,7 +79,8 @@ def _start() -> None:
     ring = data.get("ring", {})
     _STATE["recorder"] = Recorder(directory, ring.get("steps", 64), ring.get("max_requests", 64),
                                   ring.get("max_threads", 64), ring.get("max_frames", 64),
-                                  startup=startup_facts(data.get("startup", {})))
+                                  startup=startup_facts(data.get("startup", {})),
+                                  live_requests=ring.get("live_requests", 8))
     targets = [(t["module"], t["cls"], (t["method"],), "step") for t in data.get("step_target", ())]
     if os.environ.get("FORENSICS_CAPTURE_COLLECTIVES", "").strip() == "1":
         targets += [(t["module"], t["cls"], tuple(t["methods"]), "collective")

@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import traceback
+from json.encoder import encode_basestring_ascii as _encode
 
 from forensics.capture.steps import step_facts
 
@@ -54,10 +55,12 @@ class Recorder:
     are told apart by their rank in each step)."""
 
     def __init__(self, directory: str, ring_steps: int = 64, max_requests: int = 64, max_threads: int = 64,
-                 max_frames: int = 64, startup: dict | None = None):
+                 max_frames: int = 64, startup: dict | None = None, live_requests: int = 8):
         self.directory = directory
         self.ring: collections.deque = collections.deque(maxlen=ring_steps)
         self.max_requests = max_requests
+        self.live_requests = live_requests
+        self.host = _host()
         self.max_threads = max_threads
         self.max_frames = max_frames
         self.startup = dict(startup or {})
@@ -70,6 +73,7 @@ class Recorder:
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None
         self._live_len = 0
+        self._live_head: str | None = None   # the live record's constant part (rank and pid known)
         self._final_for = -1          # the step count when the last full snapshot was written
         self._lock = threading.Lock()
         self.failures = 0             # parts that failed (kept for the snapshot and the tests)
@@ -78,12 +82,14 @@ class Recorder:
 
     def begin(self, worker, scheduler_output) -> dict | None:
         try:
+            started = time.perf_counter()
             if self.rank is None:
                 self._identify(worker)
             self.steps += 1
             facts = step_facts(self.steps, scheduler_output, self.max_requests)
             self.current = facts
             self._write_live()
+            facts["capture_us"] = (time.perf_counter() - started) * 1e6
             return facts
         except Exception:
             self.failures += 1
@@ -93,12 +99,14 @@ class Recorder:
         try:
             if facts is None:
                 return
-            facts["t1"] = round(time.time(), 6)
+            started = time.perf_counter()
+            facts["t1"] = time.time()
             if error is not None:
                 facts["error"] = type(error).__name__
             self.ring.append(facts)
             if self.current is facts:
                 self.current = None
+            facts["capture_us"] = round(facts.get("capture_us", 0.0) + (time.perf_counter() - started) * 1e6, 2)
         except Exception:
             self.failures += 1
 
@@ -141,14 +149,24 @@ class Recorder:
         raise FileExistsError("no free snapshot name")
 
     def _write_live(self) -> None:
-        """The step in flight, on disk before the step runs (module docstring)."""
+        """The step in flight, on disk before the step runs (module docstring).  Formatted
+        by hand rather than by json.dumps: this runs on every step, and a decode step of a
+        small model takes about a millisecond (README.md, "Capture plugin")."""
         if self._fd is None:
             self._open()
-        doc = self._head("live")
-        doc["in_flight"] = self.current
-        if self.ring:
-            doc["steps"] = [self.ring[-1]]
-        data = json.dumps(doc, separators=(",", ":"), default=str).encode()
+        if self._live_head is None:
+            head = {"schema": SCHEMA, "reason": "live", "pid": self.pid, "rank": self.rank,
+                    "local_rank": self.local_rank, "host": self.host}
+            self._live_head = json.dumps(head, separators=(",", ":"))[:-1] + ',"steps_seen":'
+        current = self.current or {}
+        requests = current.get("requests") or ()
+        shown = requests[:self.live_requests]
+        more = current.get("more", 0) + len(requests) - len(shown)
+        data = (f'{self._live_head}{self.steps}'
+                f',"in_flight":{{"step":{_j(current.get("step"))},"t0":{_j(current.get("t0"))}'
+                f',"tokens":{_j(current.get("tokens"))},"phase":{_s(current.get("phase"))},"requests":['
+                + ",".join(f"[{_s(r[0])},{_j(r[1])},{_j(r[2])}]" for r in shown)
+                + f'],"more":{more}}}}}').encode()
         if len(data) < self._live_len:
             data += b" " * (self._live_len - len(data))     # JSON allows trailing whitespace
         os.pwrite(self._fd, data, 0)
@@ -156,7 +174,7 @@ class Recorder:
 
     def _head(self, reason: str) -> dict:
         return {"schema": SCHEMA, "reason": reason, "written": round(time.time(), 6), "pid": self.pid,
-                "rank": self.rank, "local_rank": self.local_rank, "host": _host(), "steps_seen": self.steps}
+                "rank": self.rank, "local_rank": self.local_rank, "host": self.host, "steps_seen": self.steps}
 
     def snapshot(self, reason: str, error: BaseException | None = None) -> str | None:
         """Writes the whole snapshot (reason: exception | exit); its path, or None."""
@@ -219,6 +237,17 @@ class Recorder:
             self._fd = None
         else:
             self._live_len = len(data)
+
+
+def _j(value) -> str:
+    """A number (or None) as JSON; anything else as a JSON string."""
+    if type(value) is int or type(value) is float:
+        return repr(value)
+    return "null" if value is None else _encode(str(value))
+
+
+def _s(value) -> str:
+    return "null" if value is None else _encode(str(value))
 
 
 def _host() -> str | None:
