@@ -138,8 +138,14 @@ def test_the_step_in_flight_is_on_disk_before_the_step_runs(plugin):
     doc = seen["doc"]
     assert doc["schema"] == "forensics.capture/1" and doc["reason"] == "live"
     assert doc["in_flight"]["step"] == 2 and doc["in_flight"]["requests"] == [["cmpl-a", 512, 512]]
-    assert doc["rank"] == 0 and doc["pid"] == os.getpid()
+    assert doc["rank"] == 0 and doc["pid"] == os.getpid() and doc["done"] == 0
     assert snapshots(snap)[0].name == f"forensics-snapshot-rank0-pid{os.getpid()}.json"
+    # once the step returned, the same file says so, and the reader sees a worker between steps
+    after = json.loads(snapshots(snap)[0].read_bytes())
+    assert after["done"] == 1 and after["in_flight"]["step"] == 2
+    assert after["cost"]["steps"] == 1 and after["cost"]["capture_us"] > 0     # the first step's, summed
+    (step,) = analyze(str(snapshots(snap)[0])).verdict.steps
+    assert not step.in_flight and step.text == "between steps (step 2 had completed)"
 
 
 def test_an_exception_writes_the_snapshot_and_is_raised_unchanged(plugin):

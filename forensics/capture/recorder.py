@@ -15,9 +15,10 @@ Written so that it cannot hurt the process it runs in:
 
 The file holds one JSON object whose first key is the schema marker (data/capture.toml).
 While the worker runs, its content is rewritten in place at the start of each step with
-``reason = "live"`` and the step in flight (a few hundred bytes, one ``pwrite``): a worker
-killed by SIGKILL or a fatal signal cannot write anything at its death, so what it was
-doing must already be on disk.  On an exception out of execute_model, and at exit, the
+``reason = "live"`` and the step in flight (a few hundred bytes, one ``pwrite``), and its
+``done`` flag set to 1 (one byte) when the step returns: a worker killed by SIGKILL or a
+fatal signal cannot write anything at its death, so what it was doing must already be on
+disk.  On an exception out of execute_model, and at exit, the
 whole snapshot (the ring, every thread's stack) replaces it.
 """
 
@@ -37,6 +38,7 @@ from json.encoder import encode_basestring_ascii as _encode
 from forensics.capture.steps import step_facts
 
 SCHEMA = "forensics.capture/1"
+_DONE_AT = len('{"schema":"%s","done":' % SCHEMA)     # the offset of the live record's done flag
 
 
 def guarded(fn):
@@ -73,6 +75,10 @@ class Recorder:
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None
         self._live_len = 0
+        self._live_step = None
+        # every completed step's capture cost and duration, summed: the live record carries
+        # them, so that even a worker killed with SIGKILL leaves its overhead measured
+        self.cost_steps, self.cost_us, self.cost_s = 0, 0.0, 0.0
         self._live_head: str | None = None   # the live record's constant part (rank and pid known)
         self._final_for = -1          # the step count when the last full snapshot was written
         self._lock = threading.Lock()
@@ -106,7 +112,13 @@ class Recorder:
             self.ring.append(facts)
             if self.current is facts:
                 self.current = None
+            if self._fd is not None and self._live_step == facts.get("step") and error is None:
+                # the live record's step returned: a process killed now was between steps
+                os.pwrite(self._fd, b"1", _DONE_AT)
             facts["capture_us"] = round(facts.get("capture_us", 0.0) + (time.perf_counter() - started) * 1e6, 2)
+            self.cost_steps += 1
+            self.cost_us += facts["capture_us"]
+            self.cost_s += facts["t1"] - facts["t0"]
         except Exception:
             self.failures += 1
 
@@ -155,7 +167,8 @@ class Recorder:
         if self._fd is None:
             self._open()
         if self._live_head is None:
-            head = {"schema": SCHEMA, "reason": "live", "pid": self.pid, "rank": self.rank,
+            # "done" is rewritten in place, one byte, when the step returns (end())
+            head = {"schema": SCHEMA, "done": 0, "reason": "live", "pid": self.pid, "rank": self.rank,
                     "local_rank": self.local_rank, "host": self.host}
             self._live_head = json.dumps(head, separators=(",", ":"))[:-1] + ',"steps_seen":'
         current = self.current or {}
@@ -166,11 +179,13 @@ class Recorder:
                 f',"in_flight":{{"step":{_j(current.get("step"))},"t0":{_j(current.get("t0"))}'
                 f',"tokens":{_j(current.get("tokens"))},"phase":{_s(current.get("phase"))},"requests":['
                 + ",".join(f"[{_s(r[0])},{_j(r[1])},{_j(r[2])}]" for r in shown)
-                + f'],"more":{more}}}}}').encode()
+                + f'],"more":{more}}},"cost":{{"steps":{self.cost_steps},"capture_us":{self.cost_us:.1f}'
+                f',"step_s":{self.cost_s:.6f}}}}}').encode()
         if len(data) < self._live_len:
             data += b" " * (self._live_len - len(data))     # JSON allows trailing whitespace
         os.pwrite(self._fd, data, 0)
         self._live_len = len(data)
+        self._live_step = current.get("step")
 
     def _head(self, reason: str) -> dict:
         return {"schema": SCHEMA, "reason": reason, "written": round(time.time(), 6), "pid": self.pid,
@@ -199,6 +214,7 @@ class Recorder:
                             "frames": _frames(error.__traceback__, self.max_frames)}
         doc["threads"] = threads(self.max_threads, self.max_frames)
         doc["capture_failures"] = self.failures
+        doc["cost"] = {"steps": self.cost_steps, "capture_us": round(self.cost_us, 1), "step_s": round(self.cost_s, 6)}
         data = json.dumps(doc, separators=(",", ":"), default=str).encode()
         self._replace(data)
         self._final_for = self.steps

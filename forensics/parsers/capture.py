@@ -155,6 +155,10 @@ def events(doc: dict, relpath: str) -> list[Event]:
     in_flight = step_of(doc.get("in_flight"))
     steps = [s for s in (step_of(v) for v in (doc.get("steps") or ())[:4096]) if s is not None] \
         if isinstance(doc.get("steps"), list) else []
+    if reason == "live" and doc.get("done") == 1 and in_flight is not None:
+        # the live record's step had returned: the worker was between steps
+        steps.append(in_flight)
+        in_flight = None
     error = doc.get("error") if isinstance(doc.get("error"), dict) else {}
     written = _time(doc.get("written"))
     who = f"rank {rank}" if rank is not None else f"pid {pid}" if pid is not None else "a worker"
@@ -178,6 +182,7 @@ def events(doc: dict, relpath: str) -> list[Event]:
         "error_frames": _frames(error.get("frames")) or None,
         "threads": tuple({"name": _text(t.get("name")), "frames": _frames(t.get("frames"))}
                          for t in threads[:64] if isinstance(t, dict)) or None,
+        "capture_cost": _flat(doc.get("cost")),
         "versions": _flat(startup.get("versions")), "config": _flat(startup.get("config")),
         "startup_environment": _flat(startup.get("environment")),
     }
