@@ -221,6 +221,7 @@ PARTS = [
     (recorder_module.Recorder, "_identify"), (recorder_module.Recorder, "begin"), (recorder_module.Recorder, "end"),
     (recorder_module.Recorder, "snapshot"), (recorder_module.json, "dumps"), (recorder_module.os, "pwrite"),
     (recorder_module.os, "open"), (recorder_module.os, "replace"), (recorder_module.time, "time"),
+    (recorder_module.mmap, "mmap"), (recorder_module.Recorder, "_map_live"),
     (capture, "_recorder"), (capture, "_scheduler_output"), (capture, "_failed"), (capture, "_ended"),
 ]
 
