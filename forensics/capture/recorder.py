@@ -191,14 +191,18 @@ class Recorder:
             self._live_head = json.dumps(head, separators=(",", ":"))[:-1] + ',"steps_seen":'
         current = self.current or {}
         requests = current.get("requests") or ()
-        shown = requests[:self.live_requests]
-        more = current.get("more", 0) + len(requests) - len(shown)
-        data = (f'{self._live_head}{self.steps}'
-                f',"in_flight":{{"step":{_j(current.get("step"))},"t0":{_j(current.get("t0"))}'
-                f',"tokens":{_j(current.get("tokens"))},"phase":{_s(current.get("phase"))},"requests":['
-                + ",".join(f"[{_s(r[0])},{_j(r[1])},{_j(r[2])}]" for r in shown)
-                + f'],"more":{more}}},"cost":{{"steps":{self.cost_steps},"capture_us":{self.cost_us:.1f}'
-                f',"step_s":{self.cost_s:.6f}}}}}').encode()
+        more = current.get("more", 0)
+        if len(requests) > self.live_requests:
+            more += len(requests) - self.live_requests
+            requests = requests[:self.live_requests]
+        # the step number and the costs are this module's own ints and floats; what came
+        # from vLLM goes through _j / _s
+        data = ("%s%d,\"in_flight\":{\"step\":%d,\"t0\":%r,\"tokens\":%s,\"phase\":\"%s\",\"requests\":[%s],"
+                "\"more\":%d},\"cost\":{\"steps\":%d,\"capture_us\":%.1f,\"step_s\":%.6f}}" % (
+                    self._live_head, self.steps, self.steps, current.get("t0", 0.0), _j(current.get("tokens")),
+                    current.get("phase", "idle"),
+                    ",".join(["[%s,%s,%s]" % (_s(r[0]), _j(r[1]), _j(r[2])) for r in requests]),
+                    more if type(more) is int else 0, self.cost_steps, self.cost_us, self.cost_s)).encode()
         if len(data) < self._live_len:
             data += b" " * (self._live_len - len(data))     # JSON allows trailing whitespace
         if self._map is not None and len(data) <= LIVE_BYTES:
