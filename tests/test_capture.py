@@ -370,3 +370,22 @@ def test_the_plugins_own_snapshot_reads_back(plugin, tmp_path):
     (step,) = case.verdict.steps
     assert step.rank == 1 and step.step == 2 and step.reason == "exception"
     assert step.text == "in step 2 (prefill, 1 request: cmpl-a 512 tokens from 512)"
+
+
+def test_collectives_called_in_a_step_are_counted(plugin):
+    """FORENSICS_CAPTURE_COLLECTIVES=1 wraps the group coordinator's methods
+    (data/capture.toml [[collective_target]]); here a fake one, patched directly."""
+    m, _ = plugin
+
+    class GroupCoordinator:
+        def _all_reduce_out_place(self, x):
+            return x + 1
+
+    assert capture.patch(GroupCoordinator, "_all_reduce_out_place", "collective")
+    assert not capture.patch(GroupCoordinator, "_all_reduce_out_place", "collective")     # once
+    group = GroupCoordinator()
+    out = m.SchedulerOutput(cached=[("cmpl-a", 2000)], tokens={"cmpl-a": 1})
+    out.peek = lambda: [group._all_reduce_out_place(1) for _ in range(3)]
+    m.Worker(rank=0).execute_model(out)
+    assert capture._STATE["recorder"].ring[-1]["collectives"] == {"_all_reduce_out_place": 3}
+    assert group._all_reduce_out_place(1) == 2      # outside a step: called, not counted
