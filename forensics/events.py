@@ -104,6 +104,8 @@ class Kind(str, enum.Enum):
     ENVIRONMENT = "environment"            # collect_env / nvidia-smi / pip freeze facts
     FLIGHT_RECORDER = "flight-recorder"    # a Flight Recorder dump: one rank's process groups and progress
     COLLECTIVE_RECORD = "collective-record"  # one entry of that dump: a collective the rank enqueued
+    CAPTURE_SNAPSHOT = "capture-snapshot"  # the capture plugin's snapshot of a worker: the step it was in
+    CAPTURE_STEP = "capture-step"          # one engine step of that snapshot's ring (completed)
 
     def __str__(self) -> str:          # f-strings and JSON show the value
         return self.value
@@ -117,9 +119,10 @@ RELAY = frozenset({Kind.PEER_FAILURE, Kind.COLLECTIVE_TIMEOUT, Kind.NCCL, Kind.W
                    Kind.CHILD_FAILED})
 CONTEXT = frozenset({Kind.LOG, Kind.CONFIG, Kind.PROCESS_IDENTITY, Kind.EXIT, Kind.SHUTDOWN,
                      Kind.STACK_DUMP, Kind.LAUNCHER_SUMMARY, Kind.ENVIRONMENT, Kind.FLIGHT_RECORDER,
-                     Kind.COLLECTIVE_RECORD})
+                     Kind.COLLECTIVE_RECORD, Kind.CAPTURE_SNAPSHOT, Kind.CAPTURE_STEP})
 # What the failure story is made of: shown on every timeline.
-STORY = OWN_FAILURE | DEVICE_EVIDENCE | RELAY | {Kind.EXIT, Kind.STACK_DUMP, Kind.LAUNCHER_SUMMARY, Kind.FLIGHT_RECORDER}
+STORY = OWN_FAILURE | DEVICE_EVIDENCE | RELAY | {Kind.EXIT, Kind.STACK_DUMP, Kind.LAUNCHER_SUMMARY, Kind.FLIGHT_RECORDER,
+                                                 Kind.CAPTURE_SNAPSHOT}
 
 
 class FrozenAttrs(dict):

@@ -196,6 +196,25 @@ class RankVerdict:
 
 
 @dataclass(frozen=True)
+class RankStep:
+    """The engine step a worker was in when the capture plugin's snapshot was written
+    (forensics/capture/): what that rank was running when it went down - never what
+    faulted (only device evidence names an origin)."""
+
+    key: str | None                 # the RankVerdict this joins (by pid, else by rank); None: no process matched
+    rank: int | None
+    pid: int | None
+    step: int | None
+    phase: str | None               # prefill | decode | mixed | idle
+    tokens: int | None
+    requests: tuple[tuple[str, int | None, int | None], ...]   # (request id, tokens scheduled, first position)
+    in_flight: bool                 # False: between steps (the last step had completed)
+    reason: str                     # exception | exit | live (the file is what the worker wrote before the step)
+    text: str                       # "in step 12 (prefill, 1 request: ...)"
+    source: str
+
+
+@dataclass(frozen=True)
 class Hang:
     collective: str | None
     seq: int | None
@@ -268,6 +287,7 @@ class Verdict:
     first_failure: FirstFailure | None = None
     ranks: tuple[RankVerdict, ...] = ()
     hang: Hang | None = None
+    steps: tuple[RankStep, ...] = ()        # the capture plugin's step in flight, per rank
     hardware: HardwareOpinion | None = None
     environment: Mapping[str, Any] = field(default_factory=dict)
     environment_sources: Mapping[str, str] = field(default_factory=dict)

@@ -392,3 +392,18 @@ def test_dynamic_imports_stay_in_their_layer():
     reporters = [e.target for e in dynamic if e.source == "forensics.report"]
     assert readers and all(_in(t, "forensics.parsers") and t in MODULES for t in readers), readers
     assert sorted(reporters) == sorted(RENDERERS)
+
+
+def test_the_capture_plugin_stands_alone():
+    """forensics/capture/ is no analysis stage: it runs inside vLLM's workers (a
+    ``vllm.general_plugins`` entry point), so it imports nothing of forensics outside
+    itself (not even the catalogues' loader: it reads data/capture.toml by path), and no
+    stage imports it (its snapshots reach the analysis as files, read by
+    parsers/capture.py)."""
+    assert any(_in(m, "forensics.capture") for m in MODULES)
+    bad = [f"{e.source} imports {e.target}" for e in ALL_EDGES
+           if _in(e.source, "forensics.capture") and not _in(e.target, "forensics.capture")]
+    assert not bad, bad
+    importers = [f"{e.source} imports {e.target}" for e in ALL_EDGES
+                 if _in(e.target, "forensics.capture") and not _in(e.source, "forensics.capture")]
+    assert not importers, importers

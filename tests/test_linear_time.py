@@ -83,6 +83,7 @@ TEXT = {
                    "step[].engines[]", "step[].vllm_at_least"],
     "nccl": ["peer.words[]", "peer.results[]"],
     "flightrec": ["detect.*", "names.suffixes[]", "states.*", "frames.skip_files[]", "sizes.must_match[]"],
+    "capture": ["snapshot.*", "step_target[].*", "collective_target[].*", "startup.*", "coredump.*"],
     "noise": ["noise[].id"],
     "phases": ["startup.frames[].function", "startup.frames[].file", "startup.messages[]",
                "startup.exceptions[]"],

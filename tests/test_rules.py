@@ -24,6 +24,7 @@ from forensics.events import Frame, Kind, PyException, Severity, freeze
 from forensics.rules import PIPELINE, Evidence, SourceFacts
 from forensics.rules.advice import GraphReplay, Headline, NextSteps, Signature, serve_command
 from forensics.rules.base import VERDICT_FIELDS, Draft, Rule, RuleContractError, VerdictView, check_order, run
+from forensics.rules.capture import StepsInFlight
 from forensics.rules.checklist import Checklist
 from forensics.rules.environment import Environment
 from forensics.rules.errors import ReportedError, SurfacePoints
@@ -1090,3 +1091,44 @@ def test_run_rules_until_stops_after_the_named_rule():
     assert values["ranks"] == () and values["headline"] == ""        # later rules did not run
     full = run(PIPELINE, evidence)
     assert full.first_failure == values["first_failure"] and full.error == values["error"]
+
+
+
+# --- the capture plugin's steps in flight -------------------------------------------------
+
+def _snapshot(rank, pid, *, step=7, in_flight=True, reason="exception"):
+    facts = {"step": step, "phase": "prefill", "tokens": 512, "requests": (("cmpl-a", 512, 512),)}
+    return event(Kind.CAPTURE_SNAPSHOT, f"rank {rank} was in step {step}", source=f"snap{rank}.json", line=0,
+                 pid=pid, rank=rank, role="worker", severity=Severity.WARNING, reason=reason,
+                 in_flight=facts if in_flight else None, last_step=None if in_flight else facts,
+                 in_flight_text=f"step {step} (prefill, 1 request: cmpl-a 512 tokens from 512)" if in_flight else None)
+
+
+def _rank(rank, pid, status=Status.COLLATERAL):
+    return RankVerdict(key=f"pid:{pid}", pid=pid, rank=rank, role="worker", name=None, status=status)
+
+
+@covers(StepsInFlight)
+def test_steps_in_flight_join_each_rank_by_pid_and_decide_nothing():
+    ranks = (_rank(0, 100, Status.SURFACED), _rank(1, 101))
+    fired, draft = apply(StepsInFlight, evidence_of([_snapshot(0, 100), _snapshot(1, 101, in_flight=False,
+                                                                                    reason="live")]), ranks=ranks)
+    assert fired
+    steps = {s.rank: s for s in draft.values["steps"]}
+    assert steps[0].key == "pid:100" and steps[0].in_flight and steps[0].step == 7
+    assert steps[0].text == "in step 7 (prefill, 1 request: cmpl-a 512 tokens from 512)"
+    assert steps[0].requests == (("cmpl-a", 512, 512),)
+    assert steps[1].key == "pid:101" and not steps[1].in_flight
+    assert steps[1].text == "between steps (step 7 had completed)"
+    assert draft.values["ranks"] == ranks and draft.values["origin"] is None     # nothing else written
+
+
+@covers(StepsInFlight)
+def test_steps_in_flight_join_by_rank_when_the_logs_have_no_pid_and_stay_quiet_without_snapshots():
+    ranks = (RankVerdict(key="rank:1", pid=None, rank=1, role="worker", name=None, status=Status.FAILED),)
+    _, draft = apply(StepsInFlight, evidence_of([_snapshot(1, 555)]), ranks=ranks)
+    assert draft.values["steps"][0].key == "rank:1"
+    _, draft = apply(StepsInFlight, evidence_of([_snapshot(3, 556)]), ranks=ranks)
+    assert draft.values["steps"][0].key is None
+    fired, draft = apply(StepsInFlight, evidence_of([cuda_error(0)]), ranks=ranks)
+    assert not fired and draft.values["steps"] == ()

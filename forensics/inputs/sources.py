@@ -75,7 +75,7 @@ class Source:
 
     relpath: str                 # for display: relative to the folder given, always valid text
     path: Path | None            # None for stdin and archive members
-    kind: str                    # text | compute-sanitizer-xml | cuda-coredump | elf-core | flight-recorder |
+    kind: str                    # text | compute-sanitizer-xml | cuda-coredump | elf-core | flight-recorder | vllm-capture |
                                  # archive-tar | archive-zip | unknown
     size: int | None = None      # bytes as listed (compressed size for compressed files)
     mtime: datetime | None = None
@@ -428,6 +428,8 @@ def kind_of(relpath: str, head: bytes) -> tuple[str, tuple[str, ...]]:
     for magic, what in _IMAGES:
         if head.startswith(magic):
             return "unknown", (f"{relpath}: {what}, not a log; skipped",)
+    if capture_snapshot(head):
+        return "vllm-capture", ()
     if flight_recorder_dump(head):
         return "flight-recorder", ()
     if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
@@ -444,6 +446,17 @@ def kind_of(relpath: str, head: bytes) -> tuple[str, tuple[str, ...]]:
     if start.startswith("<?xml") and "<ComputeSanitizerOutput" in start or start.startswith("<ComputeSanitizerOutput"):
         return "compute-sanitizer-xml", ()
     return "text", ()
+
+
+def capture_snapshot(head: bytes) -> bool:
+    """A snapshot of forensics' own vLLM capture plugin (forensics/capture/): a JSON
+    object whose first key is the schema marker of data/capture.toml [snapshot]."""
+    from forensics import knowledge
+    start = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    if start[:1] != b"{":
+        return False
+    marker = knowledge.load("capture")["snapshot"]["schema"]
+    return start[1:64].lstrip().startswith(b'"schema"') and f'"{marker}"'.encode() in start[:96]
 
 
 def flight_recorder_dump(head: bytes) -> bool:

@@ -25,7 +25,7 @@ from forensics.report.base import Drawers, Form, Group, Mark, Phrase
 from forensics.report.document import Document
 from forensics.report.sections import (Chain, Checklist, Environment, Error, Evidence, Explain, FirstFailure, Hang,
                                        Hardware, Headline, Inputs, KnownIssues, NextSteps, Notes, Origin, Processes,
-                                       Redaction, Signature, Summary, Surfaces, Timeline, UNTIMED_LANE)
+                                       Redaction, Signature, Steps, Summary, Surfaces, Timeline, UNTIMED_LANE)
 
 MARKER_LIMIT = 2000
 
@@ -164,6 +164,12 @@ def _first(item: FirstFailure, ctx: Ctx) -> str:
 @DRAW.of(Hang)
 def _hang(item: Hang, ctx: Ctx) -> str:
     return _p("Hang", hp(item.line))
+
+
+@DRAW.of(Steps)
+def _steps(item: Steps, ctx: Ctx) -> str:
+    rows, _ = item.shown(False)
+    return _p("Step in flight", "; ".join(hp(item.line(st)) for st in rows))
 
 
 @DRAW.of(Hardware)

@@ -25,7 +25,7 @@ from forensics.report.base import Drawers, Form, Group, Phrase
 from forensics.report.document import Document
 from forensics.report.sections import (Arrow, Chain, Checklist, Environment, Error, Evidence, Explain, FirstFailure,
                                        Hang, Hardware, Headline, Inputs, KnownIssues, NextSteps, Notes, Origin,
-                                       Processes, Redaction, Signature, Summary, Surfaces, Timeline)
+                                       Processes, Redaction, Signature, Steps, Summary, Surfaces, Timeline)
 
 GITHUB_LIMIT = 65_536
 BUG_HEADING = "### 🐛 Describe the bug\n\n"
@@ -192,6 +192,13 @@ def _first(item: FirstFailure, ctx: Ctx) -> list[Block]:
 @DRAW.of(Hang)
 def _hang(item: Hang, ctx: Ctx) -> list[Block]:
     return [_para("Hang", md(item.line))]
+
+
+@DRAW.of(Steps)
+def _steps(item: Steps, ctx: Ctx) -> list[Block]:
+    rows, more = item.shown(False)
+    text = "; ".join(md(item.line(st)) for st in rows)
+    return [_para("Step in flight (capture snapshots)", text)]
 
 
 @DRAW.of(Hardware)

@@ -76,11 +76,13 @@ class Process:
     first_error: str | None
     first_error_source: str | None
     failure: str | None
+    in_step: str | None = None      # the capture plugin's step in flight (forensics/capture/)
 
     @property
     def how(self) -> str:
-        """How it went down, in words: the rules' sentence, else its first error."""
-        return self.failure or self.first_error or ""
+        """How it went down, in words: the rules' sentence, else its first error (and the
+        step it was in, when a capture snapshot says)."""
+        return "; ".join(x for x in (self.failure or self.first_error, self.in_step) if x)
 
     @property
     def evidence(self) -> str | None:
@@ -218,9 +220,10 @@ class Facts:
         self.timeline_limit = timeline_limit
         v: Verdict = case.verdict
         self.verdict = v
+        step_of = {st.key: st.text for st in v.steps if st.key is not None}
         self.processes = tuple(Process(
             who(r.rank, r.pid, r.name or r.role), r.key, r.rank, r.pid, r.role, r.status, r.exit_code, r.name, r.host,
-            tuple(r.other_pids), r.first_error, r.first_error_source, r.failure) for r in v.ranks)
+            tuple(r.other_pids), r.first_error, r.first_error_source, r.failure, step_of.get(r.key)) for r in v.ranks)
         self.collateral = tuple(p for p in self.processes if p.status == Status.COLLATERAL)
         e = v.error
         self.error = ErrorFacts(e.code, e.name, e.error.sticky, e.error.runtime_name, e.error.message, e.error.meaning,
@@ -692,6 +695,57 @@ class Notes(Section):
 
     def json(self) -> dict:
         return {"verdict": {"notes": list(self.notes), "rule_failures": list(self.rule_failures)}}
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """One rank's step in flight, as the capture plugin's snapshot has it (JSON
+    ``verdict.steps[]``)."""
+
+    who: str
+    key: str | None
+    rank: int | None
+    pid: int | None
+    step: int | None
+    phase: str | None
+    tokens: int | None
+    requests: tuple[tuple[str, int | None, int | None], ...]
+    in_flight: bool
+    reason: str
+    text: str
+    source: str
+
+
+@section("steps", "Step in flight", 48, group=Group.VERDICT, first_screen=True)
+@dataclass(frozen=True)
+class Steps(Section):
+    """What each rank was running when it went down (the capture plugin's snapshots):
+    never what faulted - only device evidence names an origin."""
+
+    steps: tuple[StepFacts, ...]
+
+    FIRST_SCREEN = 4
+
+    @classmethod
+    def build(cls, facts: Facts) -> "Steps":
+        return cls(tuple(StepFacts(who(st.rank, st.pid), st.key, st.rank, st.pid, st.step, st.phase, st.tokens,
+                                   tuple(tuple(r) for r in st.requests), st.in_flight, st.reason, st.text, st.source)
+                         for st in facts.verdict.steps))
+
+    @property
+    def present(self) -> bool:
+        return bool(self.steps)
+
+    def shown(self, compact: bool) -> tuple[tuple[StepFacts, ...], int]:
+        """The steps a report lists, and how many more there are."""
+        rows = self.steps[:self.FIRST_SCREEN] if compact else self.steps
+        return rows, len(self.steps) - len(rows)
+
+    def line(self, item: StepFacts) -> Phrase:
+        return phrase(item.who, " ", item.text)
+
+    def json(self) -> dict:
+        return {"verdict": {"steps": asjson(self.steps)}}
 
 
 # --- the story, step by step ----------------------------------------------------------------

@@ -29,7 +29,7 @@ from forensics.report.base import Drawers, Form, Group, Mark, Phrase, Section, e
 from forensics.report.document import Document
 from forensics.report.sections import (Chain, Checklist, Environment, Error, Evidence, Explain, FirstFailure, Hang,
                                        Hardware, Headline, Inputs, KnownIssues, NextSteps, Notes, Origin, Processes,
-                                       Redaction, Signature, Summary, Surfaces, Timeline)
+                                       Redaction, Signature, Steps, Summary, Surfaces, Timeline)
 
 THEME = Theme({
     "failure": "bold red", "origin": "bold magenta", "surface": "red", "collateral": "yellow",
@@ -258,6 +258,15 @@ def _first(item: FirstFailure, ctx: Ctx) -> list:
 @DRAW.of(Hang)
 def _hang(item: Hang, ctx: Ctx) -> list:
     return [_row("Hang", item.line)]
+
+
+@DRAW.of(Steps)
+def _steps(item: Steps, ctx: Ctx) -> list:
+    rows, more = item.shown(ctx.compact)
+    out: list = [_row("Step", item.line(st)) for st in rows]
+    if more:
+        out.append(Text(f"        ... {more} more ranks' steps (--full)", style="note"))
+    return out
 
 
 @DRAW.of(Hardware)

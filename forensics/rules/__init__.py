@@ -6,6 +6,7 @@ The order is checked: a rule may read only what earlier rules wrote.
 """
 
 from forensics.rules.advice import GraphReplay, Headline, NextSteps, Signature
+from forensics.rules.capture import StepsInFlight
 from forensics.rules.base import Evidence, Rule, SourceFacts, check_order, run as run_pipeline
 from forensics.rules.checklist import Checklist
 from forensics.rules.environment import Environment
@@ -23,6 +24,7 @@ PIPELINE: tuple[type[Rule], ...] = (
     CollectiveHang,
     FirstFailureRule,
     RankStatuses,
+    StepsInFlight,
     HardwareOrSoftware,
     GraphReplay,
     Signature,

@@ -14,11 +14,11 @@ and nothing of it is kept - never a partial object, never anything executed.
 from __future__ import annotations
 
 import functools
-import json
 from datetime import datetime, timedelta
 from pathlib import PurePosixPath
 
 from forensics import knowledge
+from forensics.parsers import boundedjson
 from forensics.events import Event, Frame, Kind, Severity, freeze
 from forensics.inputs.sources import Source
 from forensics.parsers.base import ParsedSource
@@ -89,33 +89,10 @@ def load(data: bytes, form: str) -> FlightDump:
     if form == "pickle":
         return from_plain(loads(data, LIMITS).value, "pickle")
     try:
-        value = json.loads(data.decode("utf-8"), parse_int=_json_int)
-    except RecursionError:
-        raise PickleRefused("JSON nested too deep") from None
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise PickleRefused(f"not JSON ({str(exc)[:120]})") from None
-    _check_json(value)
+        value = boundedjson.loads(data, JSON_DEPTH)
+    except boundedjson.JsonRefused as exc:
+        raise PickleRefused(str(exc)) from None
     return from_plain(value, "json")
-
-
-def _json_int(text: str) -> int:
-    if len(text.lstrip("-")) > 20:
-        raise ValueError("an integer of more than 20 digits")
-    return int(text)
-
-
-def _check_json(value) -> None:
-    """Nesting of a parsed JSON value, walked without recursion (json's own limit is the
-    interpreter's recursion limit, far deeper than any dump)."""
-    todo = [(value, 0)]
-    while todo:
-        item, depth = todo.pop()
-        if depth > JSON_DEPTH:
-            raise PickleRefused(f"JSON nested more than {JSON_DEPTH} deep")
-        if isinstance(item, dict):
-            todo.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            todo.extend((v, depth + 1) for v in item)
 
 
 def form_of(head: bytes) -> str:
