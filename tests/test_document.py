@@ -171,8 +171,8 @@ def test_the_json_report_keeps_its_key_order():
                           "next_steps", "next_actions", "checklist", "traffic", "evidence", "timeline", "stories",
                           "input_summary", "redaction"]
     assert list(data["verdict"]) == ["headline", "failure_kind", "error", "surfaces", "origin", "origin_unknown",
-                                     "faulting_process", "first_failure", "collateral", "hang", "hardware", "summary",
-                                     "notes", "rule_failures", "explanation"]
+                                     "faulting_process", "first_failure", "collateral", "hang", "steps", "hardware",
+                                     "summary", "notes", "rule_failures", "explanation"]
     assert data["redaction"] == {"enabled": False, "counts": {}}
     # the Python API's dict is the same report
     assert case_of(GPU_SAMPLE).document() == data

@@ -29,7 +29,8 @@ JSON_KEYS = ("schema", "tool", "headline", "sources", "inputs", "ranks", "verdic
              "environment_sources", "signature", "signature_site", "signature_parts", "known_issues", "next_steps",
              "next_actions", "checklist", "traffic", "evidence", "timeline", "stories", "input_summary", "redaction")
 VERDICT_KEYS = ("headline", "failure_kind", "error", "surfaces", "origin", "origin_unknown", "faulting_process",
-                "first_failure", "collateral", "hang", "hardware", "summary", "notes", "rule_failures", "explanation")
+                "first_failure", "collateral", "hang", "steps", "hardware", "summary", "notes", "rule_failures",
+                "explanation")
 
 S = TypeVar("S", bound=Section)
 
