@@ -53,6 +53,29 @@ def literal(name: str, terminal_name: str) -> str:
     return pattern.value
 
 
+class Terminals:
+    """One grammar's terminals as attributes, compiled on first use and then kept on the
+    object: ``TRACEBACK.TRACEBACK_START.match(text)`` costs an attribute lookup on the
+    lines of every input (block guards run on each line)."""
+
+    def __init__(self, grammar_name: str, on_bytes: bool = False) -> None:
+        self._grammar = grammar_name
+        self._on_bytes = on_bytes
+
+    def __getattr__(self, name: str) -> re.Pattern:
+        if not name.lstrip("_")[:1].isupper():
+            raise AttributeError(name)
+        pattern = (terminal_bytes if self._on_bytes else terminal)(self._grammar, name)
+        setattr(self, name, pattern)
+        return pattern
+
+
+def of(grammar_name: str, on_bytes: bool = False) -> Terminals:
+    """The terminals of ``grammars/<grammar_name>.lark`` (nothing is built until one is
+    used); ``on_bytes``: compiled for bytes, for readers that scan raw input."""
+    return Terminals(grammar_name, on_bytes)
+
+
 def every_terminal(name: str) -> dict[str, re.Pattern]:
     """Every terminal of a grammar, used by its rules or not (the linearity tests)."""
     return {key: terminal(name, key) for key in _terminals(name)}

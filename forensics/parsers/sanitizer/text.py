@@ -32,6 +32,9 @@ from forensics.parsers import terminals
 from forensics.events import Event, Frame, Kind, Severity, freeze
 
 MARKER = "========="
+# the grammar's terminals: its headlines, its fast-path shapes (those also on raw bytes)
+_T = terminals.of("compute_sanitizer")
+_BYTES = terminals.of("compute_sanitizer", on_bytes=True)
 
 
 def is_sanitizer_line(text: str, seen: bool) -> bool:
@@ -53,7 +56,7 @@ def _marker_inside(text: str) -> int | None:
     if at < 0 or (at > 0 and text[at - 1] == "="):
         return None
     payload = text[at + 1 + len(MARKER):].rstrip("\r\n") + "\n"
-    if any(_terminal(name).match(payload) for name in _HEADLINES):
+    if any(getattr(_T, name).match(payload) for name in _HEADLINES):
         return at + 1
     return None
 TOOL_OF = {"access": "memcheck", "api_error": "memcheck", "warp_assert": "memcheck", "leak": "memcheck",
@@ -306,11 +309,6 @@ def _frame(func: str | None, file: str | None, line: str | None, module: str | N
     return Frame(file or module or "<unknown>", knowledge.claimed_int(line) if file and line else None, function)
 
 
-def _terminal(name: str) -> re.Pattern:
-    """A terminal of the grammar (its headlines, its fast-path shapes), compiled."""
-    return terminals.terminal("compute_sanitizer", name)
-
-
 def parse_report(lines: list[str]) -> Report | None:
     text = "".join(line + "\n" for line in lines)
     try:
@@ -349,7 +347,7 @@ class SanitizerAssembler:
         self.current.append(payload)
         self.current_lines.append(lineno)
         if payload.startswith(" ") and not payload.startswith("  ") and \
-                _terminal("SUMMARY_LINE").match(payload + "\n"):
+                _T.SUMMARY_LINE.match(payload + "\n"):
             # a summary line ends the tool's output: no report stays open after it (the
             # fast path of a large log resumes counting; a second summary line is read
             # on its own, to the same summary)
@@ -369,8 +367,8 @@ class SanitizerAssembler:
         finding = self.findings.get(key)
         if finding is None or self.current:
             return False
-        by = terminals.terminal_bytes("compute_sanitizer", "BY_FAST").search(report)
-        address = terminals.terminal_bytes("compute_sanitizer", "ADDRESS_FAST").search(report)
+        by = _BYTES.BY_FAST.search(report)
+        address = _BYTES.ADDRESS_FAST.search(report)
         finding.add(tuple(map(int, by.groups()[:3])) if by else None,
                     tuple(map(int, by.groups()[3:])) if by else None,
                     address.group(1).decode() if address else None, lineno)
@@ -397,11 +395,11 @@ class SanitizerAssembler:
         if cached is not None:
             thread = block = address = None
             for text in lines[1:4]:
-                by = _terminal("BY_FAST").match(text, 5) if text.startswith("     by thread") else None
+                by = _T.BY_FAST.match(text, 5) if text.startswith("     by thread") else None
                 if by:
                     numbers = tuple(knowledge.claimed_int(n) for n in by.groups())
                     thread, block = numbers[:3], numbers[3:]
-                found = _terminal("ADDRESS_FAST").match(text, 5) if text.startswith("     A") else None
+                found = _T.ADDRESS_FAST.match(text, 5) if text.startswith("     A") else None
                 if found:
                     address = found.group(1)
             cached.add(thread, block, address, linenos[0])
@@ -476,11 +474,11 @@ _HEADLINES = ("INVALID_HEAD", "UNINIT_HEAD", "BARRIER_HEAD", "ASSERT_HEAD", "PRO
 def _continues(current: list[str], payload: str) -> bool:
     """A 1-space line that belongs to the report in progress (the session header block:
     "Process ID: N", "Created: ..." under "COMPUTE-SANITIZER")."""
-    if not _terminal("SESSION_LINE").match(current[0] + "\n"):
+    if not _T.SESSION_LINE.match(current[0] + "\n"):
         return False
     line = payload + "\n"
-    return bool(_terminal("SESSION_LINE").match(line)) and \
-        not any(_terminal(name).match(line) for name in _HEADLINES)
+    return bool(_T.SESSION_LINE.match(line)) and \
+        not any(getattr(_T, name).match(line) for name in _HEADLINES)
 
 
 def _finding_event(finding: Finding, relpath: str, seq: int, pid: int | None, pids: list[int]) -> Event:

@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from forensics import names
 from forensics.events import Frame
 from forensics.parsers.base import ParsedSource
-from forensics.parsers.sanitizer.text import _PLACEHOLDERS, ApiCall, Finding, Report, Site, _finding_event, _terminal
+from forensics.parsers.sanitizer.text import _PLACEHOLDERS, ApiCall, Finding, Report, Site, _T, _finding_event
 from forensics.inputs.sources import Source
 from forensics.knowledge import claimed_int
 
@@ -63,7 +63,7 @@ def record_to_report(record) -> Report:
         code = _text(what, "result", "")
         report.api_call = ApiCall(_text(what, "error", ""), claimed_int(code) if code.isdigit() else None,
                                   _text(what, "message", ""), api,
-                                  lookup=bool(_terminal("LOOKUP_API").fullmatch(api)))
+                                  lookup=bool(_T.LOOKUP_API.fullmatch(api)))
     if what is not None and _text(what, "address"):
         report.address = _text(what, "address")
         report.address_note = f"is {_text(what, 'error')}" if _text(what, "error") else None

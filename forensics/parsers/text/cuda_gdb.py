@@ -54,8 +54,8 @@ _ROW_RULES = {"kernels": "kernels_row", "devices": "devices_row", "lanes": "lane
 _STARTS = ("start", *_ROW_RULES.values())
 
 
-def _terminal(name: str):
-    return terminals.terminal("cuda_gdb", name)
+# the transcript's guards: terminals of grammars/cuda_gdb.lark
+_T = terminals.of("cuda_gdb")
 
 
 @v_args(inline=True)
@@ -167,14 +167,14 @@ class CudaGdbCollector:
         logger's record header.  gdb prints no record headers, so only raw lines of the
         transcript's own writer are its chatter: a program's log records after a
         transcript ("[PG ID 0 ...] ... CUDA error") are read as what they are."""
-        if _terminal("GDB_START").match(text):
+        if _T.GDB_START.match(text):
             self.active = True
             self.stream = stream
             return True
         if not self.active or headed or stream != self.stream:
             return False
-        return bool(_terminal("GDB_LINE").match(text) or _terminal("CHATTER").match(text)
-                    or self.table is not None and _is_row(text) or _terminal("TABLE_START").match(text))
+        return bool(_T.GDB_LINE.match(text) or _T.CHATTER.match(text)
+                    or self.table is not None and _is_row(text) or _T.TABLE_START.match(text))
 
     def feed(self, lineno: int, raw: str) -> None:
         text = raw.rstrip()
@@ -226,7 +226,7 @@ class CudaGdbCollector:
             used = False
         if used:
             self.event_lines += 1
-        elif kind == "chatter" or _terminal("GDB_NOISE").match(text):
+        elif kind == "chatter" or _T.GDB_NOISE.match(text):
             self.noise_lines += 1
         else:
             self.unparsed.append((lineno, text))
@@ -253,13 +253,13 @@ class CudaGdbCollector:
 
 
 def _is_row(text: str) -> bool:
-    return _terminal("TABLE_ROW").match(text) is not None
+    return _T.TABLE_ROW.match(text) is not None
 
 
 def _cut(text: str, table: str) -> dict:
     """One table row as a dict, read by its table's rule (only the tables the analysis
     uses; another table's row, or a row no rule reads, is kept whole)."""
-    if _terminal("ROW_GROUP").match(text):
+    if _T.ROW_GROUP.match(text):
         return {"group": text}
     rule = _ROW_RULES.get(table)
     if rule is None:

@@ -40,9 +40,9 @@ from forensics.parsers.text.block import BlockResult, unparsable
 
 
 
-def _summary_terminal(name: str):
-    """A terminal of grammars/torchrun_summary.lark: the summary's line shapes."""
-    return terminals.terminal("torchrun_summary", name)
+# the summary's line shapes: terminals of grammars/torchrun_summary.lark
+_T = terminals.of("torchrun_summary")
+_RECORDS = terminals.of("launcher_records")
 
 
 def _when(text: str):
@@ -172,7 +172,7 @@ class SummaryBlock:
             return self._take(text, lineno, "border" if self.headed else _shape(text))
         if self.headed and self.last == "border" and len([t for t in self.lines if t.strip()]) == 1:
             # the opening border: "<program> FAILED" follows, or this is no summary
-            return self._take(text, lineno, "title") if _summary_terminal("TITLE_LINE").match(text) else False
+            return self._take(text, lineno, "title") if _T.TITLE_LINE.match(text) else False
         shape = _shape(text)
         if shape == "border":
             char = text.strip()[0]
@@ -233,7 +233,7 @@ _SHAPES = (("border", "BORDER_LINE"), ("dashes", "DASHES_LINE"), ("marker", "MAR
 
 def _shape(text: str) -> str:
     for shape, name in _SHAPES:
-        if _summary_terminal(name).match(text):
+        if getattr(_T, name).match(text):
             return shape
     return "other"
 
@@ -286,7 +286,7 @@ class _Signal(NamedTuple):
 
 
 def _box_ruler(text: str) -> bool:
-    return terminals.terminal("launcher_records", "BOX_RULER").match(text) is not None
+    return _RECORDS.BOX_RULER.match(text) is not None
 
 
 def _pid(token) -> int | None:
@@ -408,8 +408,8 @@ def _record(text: str) -> RecordBlock | None:
 
 def start(text: str, header: tuple | None = None):
     first = text[:1]
-    if first in "=*" and _summary_terminal("BORDER_LINE").match(text):
+    if first in "=*" and _T.BORDER_LINE.match(text):
         return SummaryBlock(headed=True)
-    if first in " \t[RFO" and header is None and _summary_terminal("SUMMARY_OPENS").match(text):
+    if first in " \t[RFO" and header is None and _T.SUMMARY_OPENS.match(text):
         return SummaryBlock(headed=False)       # the summary is raw text, never a logger's record
     return _record(text)

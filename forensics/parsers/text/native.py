@@ -31,6 +31,8 @@ from forensics.parsers import terminals
 from forensics.parsers.text import classify, raised
 from forensics.parsers.text.block import BlockResult, unparsable
 
+# the block's guards: terminals of grammars/native_crash.lark
+_T = terminals.of("native_crash")
 # signal handlers whose first frame is the signal trampoline (__restore_rt, shown as
 # __sigaction or "libc.so.6(+0x...)"), not the code that faulted
 _TRAMPOLINE_FIRST = {"ucx", "ompi"}
@@ -254,12 +256,12 @@ def _parse(lines: list[str]) -> dict | None:
 def _continues(text: str) -> bool:
     """A line that goes on with a report: blank, one of the grammar's continuing shapes,
     or torch's advice after an exception's message (data/messages.toml ``native``)."""
-    return not text.strip() or terminals.terminal("native_crash", "NATIVE_CONTINUES").match(text) is not None \
+    return not text.strip() or _T.NATIVE_CONTINUES.match(text) is not None \
         or text.startswith(knowledge.native_continuations())
 
 
 def start(text: str, header: tuple | None = None) -> CrashBlock | None:
-    return CrashBlock() if terminals.terminal("native_crash", "NATIVE_START").match(text) else None
+    return CrashBlock() if _T.NATIVE_START.match(text) else None
 
 
 def _timeout_in_what(crash: dict, make):

@@ -22,6 +22,8 @@ from forensics.parsers import terminals
 from forensics.parsers.text.block import BlockResult, unparsable
 
 MAX_LINES = 20_000
+# the report's line shapes: terminals of grammars/pytest_report.lark
+_T = terminals.of("pytest_report")
 
 
 class PytestBlock:
@@ -34,9 +36,9 @@ class PytestBlock:
         self.overflow = 0
 
     def accepts(self, text: str, lineno: int, header) -> bool:
-        if self.lines and (_is("SECTION_LINE", text) or _is("REPORT_RULE", text)):
+        if self.lines and (_T.SECTION_LINE.match(text) or _T.REPORT_RULE.match(text)):
             return False
-        if self.fragment and self.lines and not (_is("ERROR_LINE", text) or _is("LOCATION_LINE", text)):
+        if self.fragment and self.lines and not (_T.ERROR_LINE.match(text) or _T.LOCATION_LINE.match(text)):
             return False
         if len(self.lines) >= MAX_LINES:
             self.overflow += 1
@@ -82,15 +84,15 @@ class PytestBlock:
             if stripped in chain_markers:
                 finish()
                 link = chain_markers[stripped]
-            elif _is("SECTION_LINE", text):
+            elif _T.SECTION_LINE.match(text):
                 test = _read("header", text).get("TEST_NAME", "")
-            elif _is("ERROR_LINE", text):
+            elif _T.ERROR_LINE.match(text):
                 fields = _read("error", text)
                 errors.append((fields.get("EXC_TYPE"), fields.get("EXC_MESSAGE", "")
                                if fields.get("EXC_TYPE") else fields.get("TEXT", "")))
             elif text.startswith(">"):
                 code = _read("marker", text).get("CODE")
-            elif _is("LOCATION_LINE", text):
+            elif _T.LOCATION_LINE.match(text):
                 fields = _read("location", text)
                 function = fields.get("FUNC") or (test if not frames and not chain and not link else None)
                 frames.append(Frame(fields["PATH"], claimed_int(fields["LINENO"]), function, code))
@@ -99,11 +101,6 @@ class PytestBlock:
                     finish(fields["EXC_SHORT"])
         finish()
         return tuple(chain)
-
-
-def _is(terminal: str, text: str) -> bool:
-    """Whether a line has one of the report's shapes (a terminal of pytest_report.lark)."""
-    return terminals.terminal("pytest_report", terminal).match(text) is not None
 
 
 def _chain_markers() -> dict[str, str]:
@@ -145,8 +142,8 @@ def _exception(errors: list[tuple[str | None, str]]) -> tuple[str | None, str]:
 
 
 def start(text: str, header: tuple | None = None) -> PytestBlock | None:
-    if _is("SECTION_LINE", text):
+    if _T.SECTION_LINE.match(text):
         return PytestBlock(fragment=False)
-    if _is("ERROR_LINE", text):
+    if _T.ERROR_LINE.match(text):
         return PytestBlock(fragment=True)
     return None

@@ -24,6 +24,11 @@ from forensics.knowledge import claimed_int
 from forensics.parsers import terminals
 from forensics.parsers.text.block import BlockResult, unparsable
 
+# the blocks' guards: terminals of their grammars
+_FAULTHANDLER = terminals.of("python_faulthandler")
+_PYSPY = terminals.of("py_spy")
+
+
 @v_args(inline=True)
 class _Faulthandler(Transformer):
     def start(self, *items):
@@ -139,10 +144,10 @@ class DumpBlock:
 
 
 def start(text: str, header: tuple | None = None) -> DumpBlock | None:
-    if terminals.terminal("python_faulthandler", "FAULTHANDLER_START").match(text):
-        return DumpBlock("faulthandler", terminals.terminal("python_faulthandler", "FAULTHANDLER_CONTINUES"))
-    if terminals.terminal("py_spy", "PYSPY_START").match(text):
-        return DumpBlock("py-spy", terminals.terminal("py_spy", "PYSPY_CONTINUES"))
+    if _FAULTHANDLER.FAULTHANDLER_START.match(text):
+        return DumpBlock("faulthandler", _FAULTHANDLER.FAULTHANDLER_CONTINUES)
+    if _PYSPY.PYSPY_START.match(text):
+        return DumpBlock("py-spy", _PYSPY.PYSPY_CONTINUES)
     return None
 
 

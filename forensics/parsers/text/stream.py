@@ -42,6 +42,12 @@ DETAIL_LIMIT = 600      # characters of an error's raw continuation lines kept a
 
 
 @functools.lru_cache(maxsize=None)
+def _tb_header() -> str:
+    """Python's traceback header as the traceback grammar has it."""
+    return terminals.literal("python_traceback", "TB_TEXT")
+
+
+@functools.lru_cache(maxsize=None)
 def _rank_hints() -> tuple[re.Pattern, ...]:
     return tuple(re.compile(h["pattern"]) for h in knowledge.load("processes").get("rank_hint", []))
 
@@ -350,7 +356,7 @@ class _Run:
                     self._count(other.format)
                     return
 
-        tb_header = terminals.literal("python_traceback", "TB_TEXT")
+        tb_header = _tb_header()
         if tb_header in text and not text.startswith(tb_header) and text.rstrip().endswith(tb_header):
             # "... Scheduler hit an exception: Traceback (most recent call last):": the
             # message is an event of its own, the traceback follows (raw, for SGLang)

@@ -29,34 +29,33 @@ from forensics.parsers.text.block import BlockResult, unparsable
 MAX_BLOCK_LINES = 20_000     # a traceback of millions of lines is cut (the rest counted)
 
 
-def _terminal(name: str):
-    """A terminal of grammars/python_traceback.lark: the block's guards are its shapes."""
-    return terminals.terminal("python_traceback", name)
+# the block's guards are the shapes of grammars/python_traceback.lark
+_T = terminals.of("python_traceback")
 
 
 def _header(text: str) -> bool:
-    return _terminal("TB_TEXT").match(text) is not None
+    return _T.TB_TEXT.match(text) is not None
 
 
 def _unraisable(text: str) -> bool:
-    return _terminal("UNRAISABLE_HEAD").match(text) is not None
+    return _T.UNRAISABLE_HEAD.match(text) is not None
 
 
 def _frame(text: str) -> bool:
-    return _terminal("FRAME_START").match(text) is not None
+    return _T.FRAME_START.match(text) is not None
 
 
 def _exception_line(text: str) -> bool:
-    return _terminal("EXCEPTION_START").match(text) is not None
+    return _T.EXCEPTION_START.match(text) is not None
 
 
 def _chain_marker(stripped: str) -> bool:
-    return _terminal("CHAIN_MARKER").fullmatch(stripped) is not None
+    return _T.CHAIN_MARKER.fullmatch(stripped) is not None
 
 
 def starts_block(text: str) -> str | None:
     """How a block starts at this line: "header", "unraisable", "frame", "exception"."""
-    if _terminal("TRACEBACK_START").match(text) is None:     # most lines: one scan
+    if _T.TRACEBACK_START.match(text) is None:     # most lines: one scan
         return None
     if _header(text):
         return "header"
@@ -113,7 +112,7 @@ class TracebackBlock:
         if self.flat_frame and not _frame(text) and not _exception_line(text) \
                 and not _header(text) and not _chain_marker(text.strip()):
             text = "    " + text.lstrip()     # a code line whose indentation a paste lost
-        self.flat_frame = _terminal("FRAME_HEAD").match(text) is not None
+        self.flat_frame = _T.FRAME_HEAD.match(text) is not None
         self.lines.append(text)
         self.linenos.append(lineno)
         self._advance(text)
@@ -141,7 +140,7 @@ class TracebackBlock:
             self.quoting = True    # "-- Process 1 terminated with the following error:"
             return True
         if self.quoting and (_header(stripped) or _frame(text) or text[:1].isspace()
-                             or _exception_line(text) or _terminal("QUOTE_TEXT").fullmatch(stripped)):
+                             or _exception_line(text) or _T.QUOTE_TEXT.fullmatch(stripped)):
             return True       # the quoted traceback
         if _header(text) or _unraisable(text):
             return False      # a new, separate traceback
@@ -362,7 +361,7 @@ def parse_lines(lines: list[str]) -> tuple[tuple[PyException, ...] | None, froze
     chain = attempt(frozenset())
     if chain:
         return chain, frozenset()
-    cut_frames = frozenset(i for i, line in enumerate(kept) if _terminal("CUT_FRAME").match(line))
+    cut_frames = frozenset(i for i, line in enumerate(kept) if _T.CUT_FRAME.match(line))
     candidates = [cut_frames] if cut_frames else []
     candidates += [frozenset(range(len(kept) - n, len(kept))) for n in (1, 2) if n < len(kept)]
     for skip in candidates:
