@@ -60,7 +60,6 @@ NOTICED = frozenset({Seen.RELAY, Seen.PEER_LOSS})
 # nothing of its own follows, and say nothing of another process when something does
 ANNOUNCEMENTS = frozenset({Kind.WORKER_EXCEPTION, Kind.ENGINE_FATAL, Kind.SCHEDULER_DUMP})
 
-_CRASH_SIGNALS = frozenset({4, 5, 6, 7, 8, 11, 31})     # SIGILL SIGTRAP SIGABRT SIGBUS SIGFPE SIGSEGV SIGSYS
 _TIMEOUT_WORDS = ("timeout", "timed out", "Timeout")
 # Roles whose exceptions quote a failure elsewhere: the API server sees the engine die,
 # a launcher sees its child fail
@@ -143,7 +142,7 @@ def signal_number(code) -> int | None:
 
 
 def crash_signal(code) -> bool:
-    return signal_number(code) in _CRASH_SIGNALS
+    return signal_number(code) in knowledge.crash_signals()     # data/signals.toml
 
 
 def consequence_of_timeout(event: Event, first_timeout: Event | None = None) -> bool:

@@ -63,10 +63,9 @@ def _death(observation) -> bool:
     code = event.attrs.get("exit_code")
     if not isinstance(code, int) or code == 0:
         return False
-    return signal_number(code) not in _STOP_SIGNALS
+    return signal_number(code) not in knowledge.stop_signals()     # data/signals.toml: SIGINT, SIGTERM
 
 
-_STOP_SIGNALS = frozenset({2, 15})      # SIGINT, SIGTERM: asked to stop
 
 
 def _deaths(evidence: Evidence) -> list[tuple[Event, int | None, int | None, str]]:
