@@ -310,3 +310,18 @@ def test_a_long_sanitizer_log_parses_each_distinct_record_once_and_counts_its_re
     assert "ERROR SUMMARY" in text
     assert len(parsed) + scanner.counted == len(lines)
     assert any("compute-sanitizer records" in p for p in scanner.problems)
+
+
+def test_past_the_distinct_record_cap_only_a_new_kernel_is_parsed(monkeypatch):
+    """A memcheck log of ever-new records (every PC and source line distinct): past
+    SANITIZER_MAX_RECORDS distinct ones, a record of a kernel already parsed is counted;
+    a new kernel's is still parsed - every kernel stays in view, memory stays flat."""
+    monkeypatch.setattr(scan, "SANITIZER_MAX_RECORDS", 3)
+    lines = []
+    for line in range(10, 20):
+        lines += _sanitizer_record("gemm", line)          # gemm at ten source lines
+    lines += _sanitizer_record("softmax", 99)             # a kernel first seen past the cap
+    scanner = scan.Scanner(__import__("io").BytesIO(b"\n".join(lines) + b"\n"), busy=lambda: False,
+                           head_lines=0, tail_lines=0)
+    text = "\n".join(dict(scanner.lines()).values())
+    assert text.count("at gemm+") == 3 and "at softmax+" in text

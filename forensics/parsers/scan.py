@@ -42,6 +42,7 @@ REPEAT_CAP = 200            # hit lines of one template parsed before the rest a
 MAX_TEMPLATES = 100_000     # templates tracked (memory stays bounded on all-distinct lines)
 MAX_LINE = 1 << 20
 SANITIZER_FULL_RECORDS = 1000   # distinct sanitizer records parsed with their host backtrace
+SANITIZER_MAX_RECORDS = 5000    # distinct records parsed at all; past them, only a new kernel's
 SANITIZER_HEAD = b"========= "   # a compute-sanitizer line; a record's headline has no blank after it
 _PC_OFFSET = re.compile(rb"\+0x[0-9a-fA-F]+|\bat 0x[0-9a-fA-F]+")
 _RECORD_GOES_ON = re.compile(rb"\n(?!=========(?:  | *\r?\n))")
@@ -139,6 +140,7 @@ class Scanner:
         self._held: deque[tuple[int, int, bytes]] = deque(maxlen=BACKFILL_LINES)
         self._held_template = b""
         self._records: set[bytes] = set()       # compute-sanitizer records parsed (their keys)
+        self._kernels: set[bytes] = set()       # and their kernels
         self._records_skipped = 0
         self._skipping = False                  # a counted sanitizer record runs on into the next block
         self._skipping_lines = 0
@@ -320,7 +322,8 @@ class Scanner:
         if self._records_skipped:
             self.problems.append(f"{self._records_skipped:,} compute-sanitizer records ({self._skipping_lines:,} lines) "
                                  f"repeating one of {len(self._records):,} already parsed (the same kernel, access, "
-                                 "size and source line) were counted, not parsed")
+                                 f"size and source line; past {SANITIZER_MAX_RECORDS:,} distinct records, the same "
+                                 "kernel) were counted, not parsed")
         if self.repeated:
             self.problems.append(f"{self.repeated - len(last):,} lines repeating {len(self._last):,} error "
                                  f"template(s) more than {REPEAT_CAP} times were counted, not parsed (the first "
@@ -335,13 +338,18 @@ class Scanner:
         if first_nl < 0 or second_nl < 0:
             return False
         # a digest: memory stays bounded on a log of all-distinct records
-        key = hashlib.blake2b(block[start:first_nl][:1024] + _PC_OFFSET.sub(b"", block[first_nl:second_nl][:1024]),
-                              digest_size=16).digest()
-        if key in self._records:
+        at = _PC_OFFSET.sub(b"", block[first_nl:second_nl][:1024])
+        key = hashlib.blake2b(block[start:first_nl][:1024] + at, digest_size=16).digest()
+        kernel = hashlib.blake2b(at.split(b" in ", 1)[0], digest_size=16).digest()
+        if key in self._records or (len(self._records) >= SANITIZER_MAX_RECORDS and kernel in self._kernels):
+            # past SANITIZER_MAX_RECORDS distinct records, a new one is parsed only for a
+            # kernel not seen yet: every kernel stays in view, memory stays flat
             self._records_skipped += 1
             return True
         if len(self._records) < MAX_TEMPLATES:
             self._records.add(key)
+        if len(self._kernels) < MAX_TEMPLATES:
+            self._kernels.add(kernel)
         return False
 
     def _repeats(self, block: bytes, start: int, number: int) -> bool:
