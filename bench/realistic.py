@@ -285,7 +285,7 @@ def generate(out: Path, size: int, mode: str = "realistic", source: Path = SOURC
             # (a non-tty stderr keeps every redraw); the bar's last redraw ends its line
             share = int(budget * TQDM_SHARE)
             for bar in _tqdm_bars(share, rng):
-                written += len(bar)
+                written += len(bar.encode())
                 yield bar
             yield "\n"
             written += 1
