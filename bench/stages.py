@@ -18,11 +18,13 @@ functions at their boundaries (nothing under forensics/ is changed):
   other       what is left of the command (option handling, writing the file)
 
 Time is exclusive: a stage's clock stops while a stage inside it runs.  With --detail the
-parse stage is split further (normalise, line header, sanitizer, blocks, catalogue):
-each of those wrappers is called once per parsed line, so --detail adds a few percent of
-overhead on line-heavy bundles.  Files are parsed in this process (the local-processes
-engine is replaced by the serial one, so that each stage is seen); the wall time of a
-normal run, with its worker processes, is bench/run.py's.
+parse stage is split further (normalise, line header, sanitizer, blocks, catalogue) and so
+is read+scan (anchor search: Hyperscan and its per-match callback, scan._matches; storm
+templates: the error-storm accounting of each hit line, scan.Scanner._repeats).  Each of
+those wrappers costs about a microsecond a call, so --detail inflates line-heavy bundles
+(10-20% on a sanitizer log): compare totals without it.  Files are parsed in this process
+(the local-processes engine is replaced by the serial one, so that each stage is seen);
+the wall time of a normal run, with its worker processes, is bench/run.py's.
 
     python bench/stages.py sanitizer 256M                 # generate, then measure
     python bench/stages.py dense 1G --profile 25          # and cProfile's top 25 functions
@@ -52,7 +54,7 @@ from bench import realistic  # noqa: E402
 from bench import run as bench_run  # noqa: E402
 
 STAGES = ("imports", "discover", "read+scan", "parse", "timeline", "rules", "render", "other")
-DETAIL = ("normalise", "line header", "sanitizer", "blocks", "catalogue")
+DETAIL = ("anchor search", "storm templates", "normalise", "line header", "sanitizer", "blocks", "catalogue")
 
 
 class Clock:
@@ -131,7 +133,10 @@ def instrument(clock: Clock, detail: bool) -> None:
         from forensics.inputs.normalise import Normaliser
         from forensics.parsers.sanitizer.text import SanitizerAssembler
         from forensics.parsers.text import classify
+        from forensics.parsers import scan
         from forensics.parsers.text.lines import LineParser
+        scan._matches = clock.call("anchor search", scan._matches)
+        scan.Scanner._repeats = clock.call("storm templates", scan.Scanner._repeats)
         Normaliser.feed = clock.generator("normalise", Normaliser.feed)
         LineParser.parse = clock.call("line header", LineParser.parse)
         for name in ("feed", "feed_repeat", "flush", "events"):
@@ -146,9 +151,9 @@ def analyze(target: Path, out: Path) -> None:
                             standalone_mode=False)
 
 
-def profile(target: Path, out: Path, top: int, sort: str) -> str:
-    """cProfile's top functions (by own time, or cumulative), with file:line and share:
-    a run of its own, without the stage clocks (files parsed serially here too)."""
+def profile(target: Path, out: Path, top: int, sorts: tuple[str, ...]) -> str:
+    """cProfile's top functions (by own time, then by cumulative time), with file:line and
+    share: a run of its own, without the stage clocks (files parsed serially here too)."""
     import cProfile
     import pstats
     from forensics import engines
@@ -160,16 +165,22 @@ def profile(target: Path, out: Path, top: int, sort: str) -> str:
     profiler.disable()
     stats = pstats.Stats(profiler)
     total = sum(v[2] for v in stats.stats.values())        # every function's own time: the whole run
-    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2 if sort == "tottime" else 3])[:top]
     root = str(Path(__file__).resolve().parents[1]) + os.sep
-    lines = [f"cProfile, {total:.2f} s in all (profiled; overhead included), top {top} by {sort}:", "",
-             "| function | file:line | calls | own s | own % | cumulative s |", "|---|---|---:|---:|---:|---:|"]
-    for (file, line, name), (cc, nc, tt, ct, _) in rows:
-        where = file.replace(root, "")
-        if "site-packages" in where:
-            where = where.split("site-packages" + os.sep, 1)[1]
-        calls = f"{nc:,}" if cc == nc else f"{nc:,}/{cc:,}"
-        lines.append(f"| `{name}` | {where}:{line} | {calls} | {tt:.2f} | {100 * tt / total:.1f} | {ct:.2f} |")
+    lines = [f"cProfile, {total:.2f} s in all (profiled: the profiler's overhead is in every figure)"]
+    for sort in sorts:
+        rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2 if sort == "tottime" else 3])[:top]
+        lines += ["", f"top {top} by {'own time' if sort == 'tottime' else 'cumulative time'}:", "",
+                  "| function | file:line | calls | own s | own % | cumulative s | cumulative % |",
+                  "|---|---|---:|---:|---:|---:|---:|"]
+        for (file, line, name), (cc, nc, tt, ct, _) in rows:
+            where = "(built-in)" if file == "~" else file.replace(root, "")
+            if "site-packages" in where:
+                where = where.split("site-packages" + os.sep, 1)[1]
+            elif os.sep + "lib" + os.sep + "python3" in where:          # the standard library
+                where = "stdlib/" + where.split(os.sep + "lib" + os.sep, 1)[1].split(os.sep, 1)[1]
+            calls = f"{nc:,}" if cc == nc else f"{nc:,}/{cc:,}"
+            lines.append(f"| `{name}` | {where}{'' if file == '~' else f':{line}'} | {calls} | {tt:.2f} | "
+                         f"{100 * tt / total:.1f} | {ct:.2f} | {100 * ct / total:.1f} |")
     return "\n".join(lines)
 
 
@@ -181,13 +192,13 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, help="the bundle cache of bench/run.py --cache (reused, kept)")
     ap.add_argument("--detail", action="store_true", help="split the parse stage (a little overhead)")
     ap.add_argument("--profile", type=int, metavar="N", help="then a second run under cProfile: its top N functions")
-    ap.add_argument("--sort", default="tottime", choices=("tottime", "cumtime"))
+    ap.add_argument("--sort", default="tottime,cumtime", help="tottime, cumtime or both (the default)")
     ap.add_argument("--profile-only", type=int, help=argparse.SUPPRESS)    # the profiled child
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="forensics-stages-"))
     if args.profile_only:
         try:
-            print(profile(args.bundle, work / "profiled.json", args.profile_only, args.sort))
+            print(profile(args.bundle, work / "profiled.json", args.profile_only, tuple(args.sort.split(","))))
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return
