@@ -55,9 +55,9 @@ def test_the_tqdm_bundle_starts_with_bars_and_no_newline(tmp_path):
 
 @pytest.mark.parametrize("mode", ("smallfiles", "tqdm"))
 def test_the_new_modes_give_the_verdict_of_the_crash_alone(tmp_path, mode):
-    want = realistic.verdict_fields(build(analyze(str(realistic.crash_source(mode)))))
+    want = realistic.verdict_fields(build(analyze(str(realistic.crash_source(mode)))).to_json())
     target = realistic.generate(tmp_path / mode, 4 << 20, mode)
-    got = realistic.verdict_fields(build(analyze(str(target))), realistic.crash_offset(target))
+    got = realistic.verdict_fields(build(analyze(str(target))).to_json(), realistic.crash_offset(target))
     assert realistic.differing_fields(got, want) == {}
 
 
