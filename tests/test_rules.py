@@ -568,7 +568,7 @@ def test_device_origin_tools_disagreeing_on_the_kernel_lower_the_confidence():
     _, draft = apply(DeviceOrigin, evidence_of(ids() + [sanitizer(pid=102), gdb]))
     o = draft.values["origin"]
     assert o.confidence == Confidence.MEDIUM
-    assert any("several kernels" in n and "rms_norm_kernel" in n for n in o.notes)
+    assert any(" kernels: " in n and "rms_norm_kernel" in n for n in o.notes)
 
 
 @covers(DeviceOrigin)
@@ -1132,3 +1132,16 @@ def test_steps_in_flight_join_by_rank_when_the_logs_have_no_pid_and_stay_quiet_w
     assert draft.values["steps"][0].key is None
     fired, draft = apply(StepsInFlight, evidence_of([cuda_error(0)]), ranks=ranks)
     assert not fired and draft.values["steps"] == ()
+
+
+
+@covers(DeviceOrigin)
+def test_the_origin_note_names_a_dozen_kernels_and_counts_the_rest():
+    """A long memcheck run names thousands of kernels: the note stays readable (and under
+    GitHub's size for a report)."""
+    from forensics.rules import origin
+    findings = [sanitizer(f"k{i:04d}", pid=102) for i in range(40)]
+    _, draft = apply(DeviceOrigin, evidence_of(ids() + findings))
+    note = next(n for n in draft.values["origin"].notes if " kernels: " in n)
+    assert "40 kernels" in note and "and 28 more" in note
+    assert note.count(", ") == origin.KERNELS_NAMED - 1

@@ -17,6 +17,8 @@ from forensics.rules.base import Evidence, Rule, VerdictView
 from forensics.story import Seen
 from forensics.verdict import Confidence, EvidenceRef, Origin, who
 
+KERNELS_NAMED = 12      # kernels a note lists by name (the rest are counted)
+
 _FAULT_REPORTS = ("access", "warp_assert", "uninit", "barrier", "race", "hazard")
 _TOOL_ORDER = {"cuda-coredump": 0, "coredump-progress": 1, "compute-sanitizer": 2, "cuda-gdb": 3, "device-assert": 4}
 
@@ -98,7 +100,10 @@ class DeviceOrigin(Rule):
         if pid is None and rank is not None:
             pid = table.pid_of_rank(rank)
         if len(kernels) > 1:
-            notes.append(f"device evidence names several kernels: {', '.join(sorted(kernels))}")
+            # a long memcheck run names thousands: the first few, then how many more
+            named = sorted(kernels)
+            more = f" and {len(named) - KERNELS_NAMED:,} more" if len(named) > KERNELS_NAMED else ""
+            notes.append(f"device evidence names {len(named):,} kernels: {', '.join(named[:KERNELS_NAMED])}{more}")
             confidence = Confidence.MEDIUM
         tools = sorted({e.tool for e in strong})
         if len(tools) > 1 and len(kernels) == 1:
