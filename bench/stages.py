@@ -113,36 +113,49 @@ class Clock:
         return timed
 
 
+def serial() -> None:
+    """Files parsed in this process, one after the other (the local-processes engine's
+    workers would hide their stages)."""
+    from forensics import engines
+    engines.parse_processes = lambda sources, parse, workers=None, on_source=None: \
+        engines.parse_local(sources, parse, on_source)
+
+
+def _wrap(owner, name: str, wrapper) -> None:
+    """``owner.name`` replaced by ``wrapper(owner.name)`` where it exists (a stage that a
+    later version of forensics renamed is left out, not an error)."""
+    if hasattr(owner, name):
+        setattr(owner, name, wrapper(getattr(owner, name)))
+
+
 def instrument(clock: Clock, detail: bool) -> None:
     """Wraps the stage boundaries (module attributes, looked up at call time)."""
-    from forensics import case, engines, rules
+    from forensics import case, rules
     from forensics.parsers.text import stream
     from forensics.report import document
     import forensics.report as report
-    case.discover = clock.generator("discover", case.discover)
-    case.parse_source = clock.call("parse", case.parse_source)
-    engines.parse_processes = lambda sources, parse, workers=None, on_source=None: \
-        engines.parse_local(sources, parse, on_source)
-    physical = stream._Run._physical
-    stream._Run._physical = lambda self, s: clock.iterate("read+scan", physical(self, s))
-    case.analyze_parsed = clock.call("timeline", case.analyze_parsed)
-    rules.run = clock.call("rules", rules.run)
-    document.build = clock.call("render", document.build)
-    report.render = clock.call("render", report.render)
+    serial()
+    _wrap(case, "discover", lambda fn: clock.generator("discover", fn))
+    _wrap(case, "parse_source", lambda fn: clock.call("parse", fn))
+    _wrap(stream._Run, "_physical", lambda fn: lambda self, s: clock.iterate("read+scan", fn(self, s)))
+    _wrap(case, "analyze_parsed", lambda fn: clock.call("timeline", fn))
+    _wrap(rules, "run", lambda fn: clock.call("rules", fn))
+    _wrap(document, "build", lambda fn: clock.call("render", fn))
+    _wrap(report, "render", lambda fn: clock.call("render", fn))
     if detail:
         from forensics.inputs.normalise import Normaliser
+        from forensics.parsers import scan
         from forensics.parsers.sanitizer.text import SanitizerAssembler
         from forensics.parsers.text import classify
-        from forensics.parsers import scan
         from forensics.parsers.text.lines import LineParser
-        scan._matches = clock.call("anchor search", scan._matches)
-        scan.Scanner._repeats = clock.call("storm templates", scan.Scanner._repeats)
-        Normaliser.feed = clock.generator("normalise", Normaliser.feed)
-        LineParser.parse = clock.call("line header", LineParser.parse)
+        _wrap(scan, "_matches", lambda fn: clock.call("anchor search", fn))
+        _wrap(scan.Scanner, "_repeats", lambda fn: clock.call("storm templates", fn))
+        _wrap(Normaliser, "feed", lambda fn: clock.generator("normalise", fn))
+        _wrap(LineParser, "parse", lambda fn: clock.call("line header", fn))
         for name in ("feed", "feed_repeat", "flush", "events"):
-            setattr(SanitizerAssembler, name, clock.call("sanitizer", getattr(SanitizerAssembler, name)))
-        stream._Run._close = clock.call("blocks", stream._Run._close)
-        stream.classify.message_kind = clock.call("catalogue", classify.message_kind)
+            _wrap(SanitizerAssembler, name, lambda fn: clock.call("sanitizer", fn))
+        _wrap(stream._Run, "_close", lambda fn: clock.call("blocks", fn))
+        _wrap(classify, "message_kind", lambda fn: clock.call("catalogue", fn))
 
 
 def analyze(target: Path, out: Path) -> None:
@@ -156,9 +169,7 @@ def profile(target: Path, out: Path, top: int, sorts: tuple[str, ...]) -> str:
     share: a run of its own, without the stage clocks (files parsed serially here too)."""
     import cProfile
     import pstats
-    from forensics import engines
-    engines.parse_processes = lambda sources, parse, workers=None, on_source=None: \
-        engines.parse_local(sources, parse, on_source)
+    serial()
     profiler = cProfile.Profile()
     profiler.enable()
     analyze(target, out)
