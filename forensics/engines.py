@@ -9,6 +9,8 @@ worker: they are parsed here.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from typing import Any, Callable
 
@@ -69,7 +71,11 @@ def parse_dask(sources: list[Source], parse: Callable[[Source], ParsedSource], s
         from distributed import Client
     except ImportError as exc:
         raise EngineUnavailable("the dask engine needs dask and distributed: pip install 'forensics[dask]'") from exc
-    travelling = [(i, s) for i, s in enumerate(sources) if _travels(s)]
+    # a worker runs in a folder of its own, often on another host: a path given relative to
+    # the folder forensics was started in is made absolute before it travels (the report
+    # still shows it as given); that the path is there for the worker - shared storage -
+    # is the user's to provide
+    travelling = [(i, dataclasses.replace(s, path=s.path.absolute())) for i, s in enumerate(sources) if _travels(s)]
     results: dict[int, ParsedSource] = {}
     try:
         client = Client(scheduler, timeout=SCHEDULER_TIMEOUT_S) if scheduler else \

@@ -244,3 +244,26 @@ def test_an_unknown_engine_is_not_guessed():
     assert "engine" not in v.environment and "vllm" not in v.environment
     serve_steps = [s for s in v.next_steps if s.command and ("vllm serve" in s.command or "sglang" in s.command)]
     assert all("<model>" in s.command for s in serve_steps)
+
+
+def test_dask_ships_absolute_paths_however_the_user_named_them(tmp_path, monkeypatch):
+    """Dask's workers run in a folder of their own (issue 24): a relative path given to
+    `forensics analyze data/bundle --engine dask` is made absolute before it travels,
+    and the report still names it as given."""
+    import os
+    from forensics.case import parse_source
+    from forensics.inputs.discover import discover
+    (tmp_path / "bundle").mkdir()
+    (tmp_path / "bundle" / "rank0.log").write_text("RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    monkeypatch.chdir(tmp_path)
+    sources = [s for s in discover(["bundle"]) if s.path is not None]
+    def parse(source):
+        os.chdir("/")                   # a worker elsewhere: only an absolute path still opens
+        try:
+            return parse_source(source)
+        finally:
+            os.chdir(tmp_path)
+
+    parsed = engines.parse_dask(sources, parse, None)
+    assert [p.relpath for p in parsed] == [s.relpath for s in sources]
+    assert all(p.lines == 1 and p.event_lines == 1 for p in parsed)   # read, not "no such file"
