@@ -325,3 +325,18 @@ def test_past_the_distinct_record_cap_only_a_new_kernel_is_parsed(monkeypatch):
                            head_lines=0, tail_lines=0)
     text = "\n".join(dict(scanner.lines()).values())
     assert text.count("at gemm+") == 3 and "at softmax+" in text
+
+
+def test_the_storm_note_counts_the_templates_that_stormed(tmp_path, monkeypatch):
+    """Its last occurrences parsed in place (a run before a new hit) still stormed: the
+    note says how many templates repeated past the cap, never 0."""
+    head = "(APIServer pid=812) ERROR 11-04 10:00:01 [serving.py:88] "
+    storm = [head + "Traceback (most recent call last):", head + '  File "/srv/app.py", line 141, in create',
+             head + "ValueError: prompt too long (4097 > 4096)"] * 700
+    cut = [head + "Traceback (most recent call last):", head + '  File "/srv/model.py", line 12, in forward']
+    target = tmp_path / "console.log"
+    target.write_text("\n".join(storm + cut) + "\n")
+    monkeypatch.setattr(stream, "FAST_PATH_BYTES", 1 << 10)
+    case = analyze(str(target))
+    (note,) = [p for p in case.sources[0].problems if "error template(s)" in p]
+    assert " repeating 3 error template(s)" in note, note

@@ -325,7 +325,8 @@ class Scanner:
                                  f"size and source line; past {SANITIZER_MAX_RECORDS:,} distinct records, the same "
                                  "kernel) were counted, not parsed")
         if self.repeated:
-            self.problems.append(f"{self.repeated - len(last):,} lines repeating {len(self._last):,} error "
+            stormy = sum(1 for seen in self._templates.values() if seen > REPEAT_CAP)
+            self.problems.append(f"{self.repeated - len(last):,} lines repeating {stormy:,} error "
                                  f"template(s) more than {REPEAT_CAP} times were counted, not parsed (the first "
                                  f"{REPEAT_CAP} and the last of each were)")
 
